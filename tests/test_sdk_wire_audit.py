@@ -15,7 +15,7 @@ import openai
 import orjson
 import pydantic
 from anthropic.lib.streaming._messages import accumulate_event
-from anthropic.types import Message, RawMessageStreamEvent
+from anthropic.types import Message, RawMessageStreamEvent, StopReason
 from anthropic.types.message_create_params import MessageCreateParamsStreaming
 from anthropic.types.messages import batch_create_params as anthropic_batch_params
 from anthropic.types.shared import ErrorResponse
@@ -24,7 +24,8 @@ from google.genai import types as genai
 from google.genai.decisions import CreateDecisionResponse
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types import BatchCreateParams, Decision
-from openai.types.chat import ChatCompletionChunk
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat.chat_completion import Choice as ChatCompletionChoice
 from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
 from openai.types.shared import ErrorObject
 
@@ -726,3 +727,77 @@ def test_an_anthropic_credit_balance_used_up_stops_the_provider_not_each_request
         "is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase "
         "credits."
     )
+
+
+# ---- every stop signal the SDKs declare is read on purpose ---------------------------------------
+
+
+def test_every_stop_signal_the_sdks_declare_has_a_reading():
+    """Each value of the SDKs' stop enums (anthropic ``StopReason``, openai ``finish_reason``,
+    google-genai ``FinishReason``) on a reply whose text is a valid answer: read as an answer only
+    where the stop is a natural one, else every answer invalid with its reason. A value the SDK
+    adds later fails here until it is given a reading."""
+    anthropic_expected = {
+        "end_turn": None,
+        "stop_sequence": None,
+        "tool_use": None,
+        "max_tokens": "cut off at the token limit (stop_reason max_tokens)",
+        "model_context_window_exceeded": "cut off at the token limit (stop_reason "
+        "model_context_window_exceeded)",
+        "pause_turn": "the provider paused the turn unfinished",
+        "refusal": "refusal (stop_reason refusal)",
+    }
+    assert set(typing.get_args(StopReason)) == set(anthropic_expected)
+    for stop, reason in anthropic_expected.items():
+        doc = anthropic_message([{"type": "text", "text": ANSWER}], stop)
+        errors = {a.error for a in decode_messages(TASK, orjson.dumps(doc)).answers}
+        assert errors == {None} if reason is None else errors.pop().startswith(reason), stop
+    openai_expected = {
+        "stop": None,
+        "length": "cut off at the token limit (finish_reason length)",
+        "content_filter": "blocked by the provider's content filter",
+        "tool_calls": None,  # no tools are sent: a reply that says so still holds its content
+        "function_call": None,
+    }
+    finish = ChatCompletionChoice.model_fields["finish_reason"].annotation
+    assert set(typing.get_args(finish)) == set(openai_expected)
+    for stop, reason in openai_expected.items():
+        reply = ChatCompletion.model_validate(
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "gpt-6-luna",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": ANSWER},
+                        "finish_reason": stop,
+                    }
+                ],
+            }
+        ).model_dump(mode="json", exclude_none=True)
+        errors = {a.error for a in decode_chat(TASK, orjson.dumps(reply)).answers}
+        assert errors == {None} if reason is None else errors.pop().startswith(reason), stop
+    for stop in genai.FinishReason:
+        reply = genai.GenerateContentResponse(
+            candidates=[
+                genai.Candidate(
+                    content=genai.Content(role="model", parts=[genai.Part(text=ANSWER)]),
+                    finish_reason=stop,
+                )
+            ]
+        )
+        errors = {a.error for a in decode_generate(TASK, gemini_json(reply)).answers}
+        if stop in (genai.FinishReason.STOP, genai.FinishReason.FINISH_REASON_UNSPECIFIED):
+            assert errors == {None}, stop
+        elif stop is genai.FinishReason.MAX_TOKENS:
+            assert errors.pop().startswith("cut off at the token limit (finishReason MAX_TOKENS)")
+        else:
+            assert errors == {f"no usable answer (finishReason {stop.value})"}, stop
+    for blocked in genai.BlockedReason:
+        reply = genai.GenerateContentResponse(
+            prompt_feedback=genai.GenerateContentResponsePromptFeedback(block_reason=blocked)
+        )
+        errors = {a.error for a in decode_generate(TASK, gemini_json(reply)).answers}
+        assert errors == {f"prompt blocked (promptFeedback.blockReason {blocked.value})"}
