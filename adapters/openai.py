@@ -20,7 +20,8 @@ invalid too; an error inside a 200 (an ``error`` body, a choice with ``finish_re
 OpenRouter sends) is a transient failure with the provider's message. Usage: ``prompt_tokens``
 (``prompt_tokens_details.cached_tokens`` of them read from the prompt cache and
 ``cache_write_tokens`` written to it, each at its price when the run file gives one: OpenAI prices
-them per model), ``completion_tokens`` (reasoning tokens included, as billed).
+them per model), ``completion_tokens`` (reasoning tokens included, as billed; a gateway that leaves
+them out of it, its ``total_tokens`` saying so, has them added: ``usage_of``).
 
 Model strings: ``openai:gpt-6.1-terra`` (https://api.openai.com/v1),
 ``openai:qwen2.5@http://127.0.0.1:8080/v1``.
@@ -62,9 +63,22 @@ def choice_of(doc: Any, body: bytes) -> dict:
 
 
 def usage_of(doc: dict) -> tuple[int | None, int | None]:
-    """(prompt_tokens, completion_tokens) of a Chat Completions reply."""
+    """(prompt_tokens, completion_tokens) of a Chat Completions reply: the output tokens billed,
+    reasoning included (``CompletionTokensDetails``: reasoning tokens are counted within
+    ``completion_tokens``). A gateway in front of Gemini that leaves the thoughts out of
+    ``completion_tokens`` while giving them as ``reasoning_tokens`` and in ``total_tokens``
+    (``total_tokens == prompt + completion + reasoning``, reasoning above 0: CLIProxyAPI #5733,
+    ``completion_tokens`` 0 with ``reasoning_tokens`` 60) has them added, as they are billed; a
+    consistent usage (``total_tokens == prompt + completion``) is read as given."""
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-    return as_count(usage.get("prompt_tokens")), as_count(usage.get("completion_tokens"))
+    prompt = as_count(usage.get("prompt_tokens"))
+    completion = as_count(usage.get("completion_tokens"))
+    reasoning = reasoning_tokens_of(doc) or 0
+    total = as_count(usage.get("total_tokens"))
+    if prompt is not None and completion is not None and reasoning:
+        if total == prompt + completion + reasoning:  # the reasoning left out of completion_tokens
+            completion += reasoning
+    return prompt, completion
 
 
 PROMPT_DETAILS = "prompt_tokens_details"

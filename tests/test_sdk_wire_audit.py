@@ -23,7 +23,7 @@ from google.genai import _api_client as genai_client
 from google.genai import types as genai
 from google.genai.decisions import CreateDecisionResponse
 from openai.lib.streaming.chat import ChatCompletionStreamState
-from openai.types import BatchCreateParams, Decision
+from openai.types import BatchCreateParams, CompletionUsage, Decision
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion import Choice as ChatCompletionChoice
 from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
@@ -801,3 +801,40 @@ def test_every_stop_signal_the_sdks_declare_has_a_reading():
         )
         errors = {a.error for a in decode_generate(TASK, gemini_json(reply)).answers}
         assert errors == {f"prompt blocked (promptFeedback.blockReason {blocked.value})"}
+
+
+def test_a_gateway_that_leaves_the_reasoning_out_of_completion_tokens_is_billed_for_it():
+    """An OpenAI-compatible gateway in front of Gemini reported ``completion_tokens`` 0 with
+    ``reasoning_tokens`` 60 and ``total_tokens`` 81 for a 21-token prompt (CLIProxyAPI #5733): the
+    60 thought tokens are billed as output. A consistent usage (OpenAI's: ``total_tokens`` =
+    prompt + completion, reasoning within) is read as given."""
+
+    def output(prompt: int, completion: int, total: int, reasoning: int) -> int | None:
+        usage = CompletionUsage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=total,
+            completion_tokens_details={"reasoning_tokens": reasoning},
+        )
+        reply = ChatCompletion.model_validate(
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "gemini-3.5-flash",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": ANSWER},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": usage.model_dump(mode="json"),
+            }
+        ).model_dump(mode="json", exclude_none=True)
+        return decode_chat(TASK, orjson.dumps(reply)).output_tokens
+
+    assert output(21, 0, 81, 60) == 60
+    assert output(20, 151, 553, 382) == 533  # answer 151 + thoughts 382 (mozilla-ai/any-llm #1290)
+    assert output(900, 300, 1200, 250) == 300  # OpenAI's: reasoning within completion_tokens
+    assert output(900, 300, 1200, 0) == 300
