@@ -838,3 +838,38 @@ def test_a_gateway_that_leaves_the_reasoning_out_of_completion_tokens_is_billed_
     assert output(20, 151, 553, 382) == 533  # answer 151 + thoughts 382 (mozilla-ai/any-llm #1290)
     assert output(900, 300, 1200, 250) == 300  # OpenAI's: reasoning within completion_tokens
     assert output(900, 300, 1200, 0) == 300
+
+
+def test_a_tool_call_split_over_chat_chunks_is_assembled_as_the_sdk_assembles_it():
+    """No adapter asks for tools, but a server may answer with a tool call: its pieces
+    (``delta.tool_calls`` by ``index``, ``function.arguments`` a few characters at a time) are
+    joined into the stored reply as the openai SDK's ``ChatCompletionStreamState`` joins them, two
+    calls apart, not each piece replacing the last."""
+    calls = [
+        {
+            "index": 0,
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "answer", "arguments": ""},
+        },  # noqa: E501
+        {
+            "index": 1,
+            "id": "call_2",
+            "type": "function",
+            "function": {"name": "note", "arguments": "{}"},
+        },  # noqa: E501
+        {"index": 0, "function": {"arguments": '{"q1": '}},
+        {"index": 0, "function": {"arguments": '"yes"}'}},
+    ]
+    ours, sdks = chat_stream(
+        [({"role": "assistant", "content": None, "tool_calls": [calls[0]]}, None)]
+        + [({"tool_calls": [c]}, None) for c in calls[1:]]
+        + [({}, "tool_calls")],
+        {"prompt_tokens": 900, "completion_tokens": 12, "total_tokens": 912},
+    )
+    message = orjson.loads(ours)["choices"][0]["message"]
+    assert message["tool_calls"] == orjson.loads(sdks)["choices"][0]["message"]["tool_calls"]
+    assert [(c["id"], c["function"]["arguments"]) for c in message["tool_calls"]] == [
+        ("call_1", '{"q1": "yes"}'),
+        ("call_2", "{}"),
+    ]
