@@ -25,7 +25,8 @@ only, thinking only) is invalid.
 
 Either way ``stop_reason`` "max_tokens" or "model_context_window_exceeded" (cut off: while thinking
 when thinking blocks came, or ``usage.output_tokens_details.thinking_tokens`` counted thinking, and
-no answer had begun) and "refusal" make every answer invalid, and an error body in a 200 (an
+no answer had begun), "refusal" and "pause_turn" (a long-running turn paused unfinished, to be sent
+back to continue: ``PAUSED``) make every answer invalid, and an error body in a 200 (an
 ``{"type": "error"}`` event) is a transient failure. ``params`` are Messages fields sent as given
 (``max_tokens``, ``thinking``, ``stop_sequences``, ...; the current SDK declares no
 ``temperature``). The default ``max_tokens`` leaves room for the thinking of the current models,
@@ -63,6 +64,10 @@ API_VERSION = "2023-06-01"
 
 
 STRUCTURED = ("output_config", "tool")
+PAUSED = (
+    "the provider paused the turn unfinished (stop_reason pause_turn: a long-running turn, to be sent "
+    "back to continue): no final answer"
+)
 
 
 def usage_of(doc: dict) -> dict:
@@ -124,6 +129,8 @@ def decode_messages(
     )  # thinking counted, though none returned
     if stop == "refusal":
         return llm.invalid_reply(task, "refusal (stop_reason refusal)", **meta)
+    if stop == "pause_turn":  # the anthropic SDK's Message.stop_reason: unfinished, never final
+        return llm.invalid_reply(task, PAUSED, **meta)
     if stop in ("max_tokens", "model_context_window_exceeded"):
         began = bool(text.strip()) or any(b.get("type") == "tool_use" for b in blocks)
         reason, cut_off = llm.truncated(f"stop_reason {stop}", "max_tokens", began, thinking)

@@ -49,7 +49,7 @@ from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
 from dxi.scoring import adaptive, records
 from dxi.scoring.calibration import ECE_BINS, answer_terms
 from dxi.scoring.compare import open_counts
-from dxi.scoring.cost import USAGE_COLUMNS, known_cost
+from dxi.scoring.cost import USAGE_COLUMNS, batch_price, known_cost
 from dxi.scoring.pipeline import CONFIG_COLUMNS, STATUSES, current_rows
 from dxi.scoring.records import Summary, unset
 from dxi.scoring.simultaneous import mcnemar_p, worst_mcnemar
@@ -90,6 +90,7 @@ REQUEST_COLUMNS = (
     "served_model",
     *USAGE_COLUMNS,
     "latency_ms",
+    "transport",
 )
 _REQUESTS_READ = (
     *CONFIG_COLUMNS,
@@ -1069,11 +1070,13 @@ def _answer(question, row: dict | None, unasked: bool = False) -> dict:
 
 def _request(row: dict, price: tuple[float | None, ...] | None) -> dict:
     """One cache row for the page, with its cost (USD; None without a price, without usage or, at
-    a price, with 0 tokens reported: ``scoring.cost.known_cost``) and its body and reply
-    pretty-printed when they are JSON."""
+    a price, with 0 tokens reported: ``scoring.cost.known_cost``; a request a provider batch
+    answered, ``transport`` "batch", at the batch rate, ``scoring.cost.batch_price``, as the
+    summary prices it) and its body and reply pretty-printed when they are JSON."""
+    batch = row.get("transport") == "batch"
     return {
         **row,
-        "cost_usd": known_cost(row, price),
+        "cost_usd": known_cost(row, batch_price(price) if batch else price),
         "body": _pretty(row["request_body"]),
         "reply": _pretty(row["raw_reply"]),
         "reply_text": reply_text(row["raw_reply"]),
