@@ -234,6 +234,32 @@ def test_batches_list_of_a_cache_without_batches_is_one_line(
     assert capsys.readouterr() == ("[]\n", "")
 
 
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["list"],
+        ["list", "--all", "--json"],
+        ["cancel", "--all"],
+        ["resume", "--all"],
+        ["collect", "--model", "embedded"],
+    ],
+    ids=["list", "list-json", "cancel", "resume", "collect"],
+)
+def test_batches_of_a_cache_folder_that_is_not_there_is_a_usage_error_naming_it(
+    tmp_path: Path, words: list[str], capsys
+):
+    """As ``dxi score`` (``rescore.select``): exit code 2, one line naming the folder; nothing
+    created (a mistyped --cache-dir must not read as "no open batches")."""
+    cache = tmp_path / "nowhere"
+    assert main(["batches", *words, "--cache-dir", str(cache)]) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"dxi batches {words[0]}: error: no cache at {cache}: run `dxi run` first, or pass "
+        "--cache-dir\n",
+    )
+    assert not cache.exists()
+
+
 def test_a_commands_own_check_of_its_flags_is_worded_as_the_parsers(tmp_path: Path, capsys):
     """A usage error found once the flags are parsed (``UsageError``) names the command too."""
     assert main(["plan", "--model", "embedded", "--cache-dir", str(tmp_path)]) == 2
