@@ -75,8 +75,9 @@ def test_requests_in_open_batches_are_counted_apart_not_new_nor_priced(
     )
     assert "new because: new model (6), batch not confirmed (2)" in out
     assert (
-        "openai:m: batch not confirmed: a run killed before the provider answered its create; the "
-        "next run asks it and sends only what it did not get (cost and at most may overstate)"
+        "openai:m: batch not confirmed: a run was killed before it recorded the provider's reply "
+        "to its create, so the batch may exist; the next run asks the provider, collects that "
+        "batch if it was made and sends only what it did not get (cost and at most may overstate)"
         in out
     )
 
