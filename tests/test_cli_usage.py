@@ -260,6 +260,27 @@ def test_batches_of_a_cache_folder_that_is_not_there_is_a_usage_error_naming_it(
     assert not cache.exists()
 
 
+def test_batches_list_json_has_the_keys_docs_batch_md_lists(tmp_path: Path, capsys):
+    """One entry recorded (its intent): ``--json`` prints it with exactly the keys the docs name."""
+    import re
+
+    from dxi.cache.ledger import Ledger
+
+    cache = tmp_path / "cache"
+    Ledger(cache).intent("dxi-1", ["k1", "k2"], label="openai:m", kind="openai", requests=2)
+    assert main(["batches", "list", "--cache-dir", str(cache), "--json"]) == 0
+    (entry,) = orjson.loads(capsys.readouterr().out)
+    text = " ".join((Path(__file__).parents[1] / "docs" / "batch.md").read_text().split())
+    listed = text.split("With `--json`, a JSON list of the same entries")[1].split("; times in")[0]
+    assert list(entry) == re.findall(r"`(\w+)`", listed)
+    assert (entry["id"], entry["requests"], entry["phase"], entry["running_s"]) == (
+        "dxi-1",
+        2,
+        "intent",
+        None,
+    )
+
+
 def test_a_commands_own_check_of_its_flags_is_worded_as_the_parsers(tmp_path: Path, capsys):
     """A usage error found once the flags are parsed (``UsageError``) names the command too."""
     assert main(["plan", "--model", "embedded", "--cache-dir", str(tmp_path)]) == 2
