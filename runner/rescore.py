@@ -25,6 +25,7 @@ from dxi.lazy import LazyModule
 from .distributed import setup as distributed
 from .errors import EXIT_FAILED_REQUESTS, UsageError
 from .outputs import history
+from .planning import paths
 from .planning.inputs import PlanInputs, inputs_of
 from .planning.plan import from_inputs, price_flags, price_of, suite_of, tolerance, with_effort
 from .planning.selection import Differs, choose
@@ -119,7 +120,7 @@ def select(inputs: PlanInputs | argparse.Namespace, mirror: Path | None = None) 
     suite = plan.suite if plan else suite_of(inputs)
     uri = inputs.cache_remote or (plan.cache_remote if plan else None)
     if not cache_dir.is_dir() and not uri:  # a remote tier is pulled into it (or into ``mirror``)
-        raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
+        raise paths.no_cache(cache_dir)
     remote = distributed.remote_for(uri, cache_dir, mirror)
     return Selection(plan, cache_dir, out, suite, remote, replace(inputs, cache_dir=cache_dir))
 

@@ -146,7 +146,7 @@ def eval_block(
         if aside:  # of them, those whose request the cache set aside as damaged
             block["set_aside"] = aside
         block["reason"] = missing_reason(
-            row["missing"], data, label, damaged, name, other, recorded
+            row["missing"], data, label, damaged, name, other, recorded, row.get("missing_tasks")
         )
     if row.get(
         "reason"

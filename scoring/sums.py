@@ -180,6 +180,15 @@ class Cube:
         out[self.l, self.t] = True
         return (out if tasks is None else out[:, tasks]).sum(1)
 
+    def missing_tasks(self, tasks: np.ndarray | None = None) -> np.ndarray:
+        """(labels,) the tasks (of ``tasks``, else all) with an answer of the label missing from the
+        cache in some epoch: the unit the other counts of a task are in (a WildGuardTest task's one
+        request holds up to three answers, all missing together)."""
+        out = np.zeros((len(self.labels), self.n_tasks), bool)
+        r = self.stat("missing") > 0
+        out[self.l[r], self.t[r]] = True
+        return (out if tasks is None else out[:, tasks]).sum(1)
+
     def replied_tasks(self, tasks: np.ndarray | None = None) -> np.ndarray:
         """(labels,) the tasks (of ``tasks``, else all) each label has a reply to: the *n* of an
         interval over the answered questions (a provisional figure's, SPEC §6)."""
@@ -558,7 +567,8 @@ class EvalMetrics:
     metrics); ``replied`` (labels,) the tasks each label has a reply to; ``lowest``/``highest`` map
     metric -> (labels,), a provisional figure's bounds (``scoring.bounds``; NaN for a complete
     one); ``asked`` (labels,) the tasks each label has answer rows for (``Cube.asked_tasks``: its
-    table's ``n``; below ``n`` for a model an adaptive run cut to the part it was asked)."""
+    table's ``n``; below ``n`` for a model an adaptive run cut to the part it was asked);
+    ``missing_tasks`` (labels,) the tasks with a missing answer (``Cube.missing_tasks``)."""
 
     point: dict[str, np.ndarray]
     sd: dict[str, np.ndarray]
@@ -573,6 +583,7 @@ class EvalMetrics:
     no_reply: np.ndarray | None = None
     replied: np.ndarray | None = None
     asked: np.ndarray | None = None
+    missing_tasks: np.ndarray | None = None
     lowest: dict[str, np.ndarray] = field(default_factory=dict)
     highest: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -628,6 +639,7 @@ def eval_metrics(
         no_reply=no_reply,
         replied=cube.replied_tasks(tasks),
         asked=cube.asked_tasks(tasks),
+        missing_tasks=cube.missing_tasks(tasks),
     )
     est.lowest, est.highest = eval_bounds(cube, sums)
     if boot is not None and weights is not None:
@@ -715,6 +727,7 @@ def calibration_intervals(
 def _frame(cube: Cube, est: EvalMetrics) -> pl.DataFrame:
     """Rows per label with answers: n tasks, ``answers`` expected (questions × epochs),
     ``replied`` tasks (with a reply in some epoch: ``Cube.replied_tasks``), counts,
+    ``missing_tasks`` (the tasks with a missing answer: ``Cube.missing_tasks``),
     epochs, metrics (NaN -> null; all null when no answer is a reply, ``reason`` then saying why),
     their sd and interval."""
     unscored = est.unscored()
@@ -735,6 +748,9 @@ def _frame(cube: Cube, est: EvalMetrics) -> pl.DataFrame:
     }
     for c, name in enumerate(COUNTS):
         columns[name] = est.counts[:, c].astype(np.int64)
+    columns["missing_tasks"] = (
+        est.counts[:, COUNTS.index("missing")] if est.missing_tasks is None else est.missing_tasks
+    ).astype(np.int64)
     columns["epochs"] = (~cube.absent).sum(-1).astype(np.int64)
     for m in (*METRICS.get(cube.eval, ()), *cal.CALIBRATION_METRICS):
         for suffix, source in zip(SUFFIXES, (est.point, est.sd, est.low, est.high), strict=True):
@@ -759,6 +775,7 @@ def _table(frames: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
         "answers",
         "replied",
         *COUNTS,
+        "missing_tasks",
         "epochs",
         *[m + s for m in TABLE_METRICS for s in SUFFIXES],
         *[m + s for m in ALL_METRICS for s in BOUND_SUFFIXES],

@@ -234,6 +234,53 @@ def test_batches_list_of_a_cache_without_batches_is_one_line(
     assert capsys.readouterr() == ("[]\n", "")
 
 
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["list"],
+        ["list", "--all", "--json"],
+        ["cancel", "--all"],
+        ["resume", "--all"],
+        ["collect", "--model", "embedded"],
+    ],
+    ids=["list", "list-json", "cancel", "resume", "collect"],
+)
+def test_batches_of_a_cache_folder_that_is_not_there_is_a_usage_error_naming_it(
+    tmp_path: Path, words: list[str], capsys
+):
+    """As ``dxi score`` (``rescore.select``): exit code 2, one line naming the folder; nothing
+    created (a mistyped --cache-dir must not read as "no open batches")."""
+    cache = tmp_path / "nowhere"
+    assert main(["batches", *words, "--cache-dir", str(cache)]) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"dxi batches {words[0]}: error: no cache at {cache}: run `dxi run` first, or pass "
+        "--cache-dir\n",
+    )
+    assert not cache.exists()
+
+
+def test_batches_list_json_has_the_keys_docs_batch_md_lists(tmp_path: Path, capsys):
+    """One entry recorded (its intent): ``--json`` prints it with exactly the keys the docs name."""
+    import re
+
+    from dxi.cache.ledger import Ledger
+
+    cache = tmp_path / "cache"
+    Ledger(cache).intent("dxi-1", ["k1", "k2"], label="openai:m", kind="openai", requests=2)
+    assert main(["batches", "list", "--cache-dir", str(cache), "--json"]) == 0
+    (entry,) = orjson.loads(capsys.readouterr().out)
+    text = " ".join((Path(__file__).parents[1] / "docs" / "batch.md").read_text().split())
+    listed = text.split("With `--json`, a JSON list of the same entries")[1].split("; times in")[0]
+    assert list(entry) == re.findall(r"`(\w+)`", listed)
+    assert (entry["id"], entry["requests"], entry["phase"], entry["running_s"]) == (
+        "dxi-1",
+        2,
+        "intent",
+        None,
+    )
+
+
 def test_a_commands_own_check_of_its_flags_is_worded_as_the_parsers(tmp_path: Path, capsys):
     """A usage error found once the flags are parsed (``UsageError``) names the command too."""
     assert main(["plan", "--model", "embedded", "--cache-dir", str(tmp_path)]) == 2

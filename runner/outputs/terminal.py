@@ -248,8 +248,9 @@ def print_estimate(doc: dict, console: Console) -> None:
             why = ", ".join(f"{r} ({n})" for r, n in m["reasons"].items())
             console.print(escape(f"  {m['model']}: new because: {why}"), highlight=False)
         notes = [  # requests of batches: one the provider may not have, those it holds
-            "batch not confirmed: a run killed before the provider answered its create; the next "
-            "run asks it and sends only what it did not get (cost and at most may overstate)"
+            "batch not confirmed: a run was killed before it recorded the provider's reply to its "
+            "create, so the batch may exist; the next run asks the provider, collects that batch if "
+            "it was made and sends only what it did not get (cost and at most may overstate)"
         ] * bool(m["reasons"].get("batch not confirmed"))
         if m.get("in_open_batches"):
             notes.append(
