@@ -517,7 +517,8 @@ def ranking(models: list[ModelEntry]) -> Ranking:
         groups=[groups[g] for g in sorted(groups)],
         method=(
             "rank: 1 + the models with a higher index; rank_ci: its marginal "
-            "95% interval over the bootstrap resamples; rank_set: the simultaneous "
+            "95% rank set (Mogstad, Romano, Shaikh & Wilhelm 2024, §3.1: the max-T "
+            "step-down over that model's pairs alone); rank_set: the simultaneous "
             "95% rank set (Mogstad, Romano, Shaikh & Wilhelm 2024); groups: "
             "consecutive in rank order, a model joins the group above unless that "
             "group's first is significantly higher (the comparisons' significant: "

@@ -621,13 +621,13 @@ def test_the_rank_of_a_provisional_index_is_marked_as_the_index_is(
     rows = [line for line in printed if line.startswith("│ embedded")][:2]
     cells = [[c.strip() for c in row.split("│")[1:5]] for row in rows]  # the index table's
     assert cells == [  # by index, as the report (no order was given)
-        [MODEL, "28.5", "[13.1, 59.2]", "1 [1–1]"],
+        [MODEL, "28.5", "[13.1, 59.2]", "1 [1–2]"],  # 1 [1–1] before the marginal rank sets
         [copy, "24.3*", "[10.4, 56.3]", "2* [1–2]"],
     ]
     html = (out / "report.html").read_text()
     index = html[html.index('<table class="index">') :]
     ranks = re.findall(r'<span class="ci">(rank [^<]*)</span>', index[: index.index("</table>")])
-    assert ranks == ["rank 1 [1–1], jointly [1–2]", "rank 2* [1–2], jointly [1–2]"]  # by index
+    assert ranks == ["rank 1 [1–2], jointly [1–2]", "rank 2* [1–2], jointly [1–2]"]  # by index
     # as text (copied, read aloud, a text browser) a cell reads as the terminal's: a space before
     # its interval, its bounds and its rank, each shown on a line of its own
     row = index[index.index("<tbody>") :].split("</tr>")[1]  # the copy's
