@@ -21,7 +21,8 @@ Figures:
   Wilson interval (``scipy.stats.binomtest(...).proportion_ci(method="wilsoncc")``), the plain
   Wilson interval (``statsmodels.stats.proportion.proportion_confint(method="wilson")``) and the
   exact McNemar test (``statsmodels.stats.contingency_tables.mcnemar(exact=True)``; statsmodels is
-  not a dependency: skipped when absent);
+  a test dependency, the ``test`` extra: skipped when absent; tests/test_intervals.py and
+  test_compare.py hold the same checks);
 * **per-model coverage and width** with three epochs (a task's score the mean of its epochs): the
   intervals' width over the spread of the estimates (2 × 1.96 × their standard deviation), a
   width above 1 being the conservative side the docs state.

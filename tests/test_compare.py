@@ -874,3 +874,17 @@ def test_the_views_compare_counts_open_answers_as_summary_json_does():
     }
     assert page.total == 10  # the discordant questions, listed
     assert binomtest(3, 10).pvalue == pytest.approx(0.34375)  # not the p the page takes
+
+
+def test_mcnemar_is_statsmodels_exact_mcnemar():
+    """``mcnemar_p`` against statsmodels' ``mcnemar(table, exact=True)`` on every pair of
+    discordant counts below 40: equal to 1e-12."""
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    a, b = np.meshgrid(np.arange(40), np.arange(40))
+    ours = mcnemar_p(a.ravel(), b.ravel())
+    theirs = [
+        mcnemar([[0, x], [y, 0]], exact=True).pvalue
+        for x, y in zip(a.ravel(), b.ravel(), strict=True)
+    ]
+    assert np.abs(ours - np.array(theirs)).max() < 1e-12

@@ -880,3 +880,17 @@ def test_dxi_report_exits_0_on_a_100_and_a_0_percent_model_over_60_and_500_quest
             == [0.0, round(wilson_oracle(0, n)[1], 6)]
         )
         assert _held(summary) >= 6
+
+
+@pytest.mark.parametrize("n", [1, 5, 20, 60, 137, 500, 3423])
+def test_the_plain_wilson_interval_is_statsmodels(n: int):
+    """``wilson`` (in percent) against statsmodels' ``proportion_confint(method="wilson")`` (as a
+    fraction) for every count of ``n`` trials, 99% and 95%: equal to 1e-12."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    x = np.arange(n + 1)
+    for confidence in (0.95, 0.99):
+        low, high = wilson(100 * x / n, n, confidence)
+        sm_low, sm_high = proportion_confint(x, n, 1 - confidence, method="wilson")
+        assert np.abs(low / 100 - sm_low).max() < 1e-12
+        assert np.abs(high / 100 - sm_high).max() < 1e-12
