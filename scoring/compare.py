@@ -62,15 +62,18 @@ each evaluation metric (``sums.METRICS``) that both have (not null):
   this one boolean; a filter can AND another condition into it before ``ranks`` is computed again.
 
 Ranks (by the Decision Index, among the models that have one; ``ranks``): ``rank`` = 1 + the number
-of models with a higher index; ``rank_low``/``rank_high``: its marginal 95% interval over the same
-resamples (each resample's competition rank; the percentile bounds rounded outward to whole ranks);
+of models placed higher, each model placed by its index, a provisional one by its lowest bound (the
+worst outcome of its failed and missing answers, ``scoring.bounds``: a partial result never ranks
+above what it could turn out to be; the order of every table follows, ``Summary.order``);
+``rank_low``/``rank_high``: its marginal 95% interval over the same resamples (each resample's
+competition rank; the percentile bounds rounded outward to whole ranks);
 ``rank_set_low``/``rank_set_high``: the simultaneous rank set of Mogstad, Romano, Shaikh & Wilhelm
 (2024) from the index's ``significant`` pairs: every model's true rank lies in its set at once with
 95% confidence; ``group``: models that are statistically tied, consecutive in rank order: a model
 joins the group of the model ranked above it unless that group's first model is significantly above
-it, when it starts the next group. Groups and rank sets read the same ``significant`` pairs, so
-they agree: a model that starts a group has at least one model significantly above it, and its rank
-set starts at rank 2 or later.
+it, when it starts the next group. Groups and rank sets read the same ``significant`` pairs, so they
+agree: a model that starts a group has at least one model significantly above it, and its rank set
+starts at rank 2 or later.
 
 A comparison that involves a provisional figure (``scoring.provisional``: answers failed or
 missing) has ``complete`` false; for accuracy its exact McNemar p is the largest any outcome of the
@@ -347,6 +350,7 @@ def compare(
     discordants: dict[str, np.ndarray | None] | None = None,
     claim: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
     opens: dict[str, np.ndarray | None] | None = None,
+    place: np.ndarray | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every pair's comparisons (``COMPARISON_SCHEMA``) and every model's rank (``RANK_SCHEMA``),
     as the module docstring defines them. ``estimates`` maps evaluation -> ``sums.EvalMetrics``
@@ -358,7 +362,8 @@ def compare(
     evaluation with failed or missing answers -> ``open_pairs`` of its cube: the exact McNemar p
     of such a pair (``mcnemar_p`` and what enters ``p_adjusted``) is then the worst any outcome
     of the open answers could give (``worst_mcnemar``), while ``a_only``/``b_only`` stay the
-    counts with the open answers as not right."""
+    counts with the open answers as not right. ``place`` (labels,) is what each model is placed by
+    in ``ranks`` (default: its index)."""
     discordants, opens = discordants or {}, opens or {}
     rows: list[pl.DataFrame] = []
     n = len(labels)
@@ -490,7 +495,7 @@ def compare(
     if claim is not None:
         comparisons = claim(comparisons)
     return comparisons, (
-        ranks(found[0], labels, comparisons, boot.confidence)
+        ranks(found[0], labels, comparisons, boot.confidence, place)
         if found
         else pl.DataFrame(schema=RANK_SCHEMA)
     )
@@ -537,18 +542,25 @@ def tied_groups(point: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def ranks(
-    index: Figure, labels: list[str], comparisons: pl.DataFrame, confidence: float
+    index: Figure,
+    labels: list[str],
+    comparisons: pl.DataFrame,
+    confidence: float,
+    place: np.ndarray | None = None,
 ) -> pl.DataFrame:
     """``RANK_SCHEMA`` rows for the models with an index (in ``labels`` order), from its point
     values, replicates and the ``significant`` column of the index's rows of ``comparisons``
     (``compare``'s table, or that table after a filter has ANDed a condition into
-    ``significant``)."""
+    ``significant``). ``rank`` and the tied groups' order place each model by ``place`` (labels,):
+    its index, a provisional one's lowest bound (``scoring.scored``; default: the index); the rank
+    sets read the point values' directions of the pairs claimed."""
     ranked = np.flatnonzero(~np.isnan(index.point))
     if len(ranked) == 0:
         return pl.DataFrame(schema=RANK_SCHEMA)
     alpha = 1 - confidence
     point = index.point[ranked]
-    rank = 1 + (point[None, :] > point[:, None]).sum(1)
+    placed = point if place is None else np.asarray(place, np.float64)[ranked]
+    rank = 1 + (placed[None, :] > placed[:, None]).sum(1)
     reps = index.replicates[:, ranked]
     per_resample = np.empty(reps.shape)
     for start in range(0, reps.shape[0], 64):  # (64, models, models) comparisons at a time
@@ -564,7 +576,7 @@ def ranks(
     b = np.array([place.get(x, -1) for x in pairs["b"].to_list()], np.int64)
     sig = pairs["significant"].fill_null(False).to_numpy().astype(bool) & (a >= 0) & (b >= 0)
     set_low, set_high = rank_sets(point, a, b, sig)
-    group = tied_groups(point, a[sig], b[sig])
+    group = tied_groups(placed, a[sig], b[sig])
     return pl.DataFrame(
         {
             "label": [labels[x] for x in ranked],

@@ -651,6 +651,53 @@ def test_the_rank_of_a_provisional_index_is_marked_as_the_index_is(
 
 
 @pytest.mark.slow
+def test_a_provisional_index_is_placed_by_its_lowest_bound_never_above_its_complete_twin(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """The embedded model (complete, index 28.5) and a copy of it whose first two When2Call answers
+    failed, one of them a wrong answer of the model: over the answered questions the copy scores
+    36.8*, with bounds [20.1, 36.8] (28.5 complete). It is placed by its lowest bound, 20.1: second,
+    below its complete twin, in summary.json's ranks and ranking, the terminal's table and ranking
+    line, the report and tables/index.csv; its figure stays 36.8* and its rank interval still
+    covers rank 1, which its bounds allow."""
+    assert run_plan(data_dir, tmp_path).exit_code == 0
+    copy = copy_model(tmp_path / "cache", "copy", "when2call", 2)
+    out = tmp_path / "report"
+    capsys.readouterr()
+    args = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache")]
+    assert main(["report", *args, "--out", str(out)]) == 1  # provisional
+    printed = capsys.readouterr().out.splitlines()
+    rows = [line for line in printed if line.startswith("│ embedded")][:2]
+    cells = [[c.strip() for c in row.split("│")[1:5]] for row in rows]
+    assert cells == [
+        [MODEL, "28.5", "[13.1, 59.2]", "1 [1–2]"],
+        [copy, "36.8*", "[12.1, 66.5]", "2* [1–2]"],
+    ]
+    line = next(line for line in printed if line.startswith("Ranked by Decision Index"))
+    assert line.endswith(f"{{{MODEL}, {copy}}}; adjacent: {MODEL} − {copy} -8.3 (p_adj 0.336)")
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    placed = {m["model"]: (m["rank"], m["rank_ci"], m["rank_set"]) for m in summary["models"]}
+    assert placed == {MODEL: (1, [1, 2], [1, 2]), copy: (2, [1, 2], [1, 2])}
+    assert summary["ranking"]["groups"] == [[MODEL, copy]]
+    assert summary["ranking"]["method"].endswith(
+        "; a provisional index is placed, and its rank counted, by its lowest bound (the worst "
+        "outcome of its failed and missing answers), not its point value"
+    )
+    html = (out / "report.html").read_text()
+    index = html[html.index('<table class="index">') :]
+    index = index[: index.index("</table>")]
+    ranks = re.findall(r'<span class="ci">(rank [^<]*)</span>', index)
+    assert ranks == ["rank 1 [1–2], jointly [1–2]", "rank 2* [1–2], jointly [1–2]"]
+    assert index.index(MODEL) < index.index(copy)
+    table = pl.read_csv(out / "tables" / "index.csv")
+    assert table.select("model", "rank", "decision_index_lowest").rows() == [
+        (MODEL, 1, None),
+        (copy, 2, pytest.approx(20.138888888888889)),
+    ]
+    assert table["decision_index"].to_list() == pytest.approx([28.472222, 36.805556])
+
+
+@pytest.mark.slow
 def test_the_pairwise_matrix_holds_every_pairs_index_difference_and_marks_the_significant_ones(
     four: FourModels,
 ):

@@ -372,7 +372,7 @@ def _index_tables(summary: Summary, keys: list[str]) -> list[Table | Group]:
 def _rank(m: ModelEntry) -> str:
     """A model's rank by the index with its 95% interval over the resamples: "2 [1–3]" (— without
     one); "2* [1–3]" (``provisional.MARK``) when its index is provisional, as the index is marked:
-    the rank is of that index (its interval covers every rank the index's bounds allow)."""
+    a rank by its lowest bound (its interval covers every rank the index's bounds allow)."""
     if unset(m.rank) is None:
         return "—"
     low, high = m.rank_ci
