@@ -98,6 +98,158 @@ def test_report_writes_every_table_as_csv_and_parquet(report: Path):
     assert errors.select("status", "error", "count").rows() == [("failed", HOSTILE_ERROR, 3)]
 
 
+def _outputs(out: Path) -> dict[str, bytes]:
+    """Every file in ``out`` (tables/ included) -> its bytes."""
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_a_ctrl_c_while_the_report_is_written_leaves_the_earlier_outputs_whole_and_alone(
+    report: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A third model added to the cache, then `dxi report` stopped by Ctrl-C as it renders
+    report.html (the moment a trial met: summary.json, answers.parquet and tables/ were already
+    the new scoring's, report.html the old one, showing old figures): every output in the folder
+    is the earlier scoring's, byte for byte, and nothing of this one is left beside them."""
+    from dxi.report import html as report_html
+    from dxi.runner import signals
+    from dxi.runner.outputs import staging
+
+    before = _outputs(report)
+    assert len(orjson.loads(before["summary.json"])["models"]) == 2
+    copy_model(tmp_path / "cache", "copy", "when2call", 1)
+    monkeypatch.setattr(staging, "_state", {})
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # as Python's handler raises it on Ctrl-C
+
+    monkeypatch.setattr(report_html, "render", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        report_of(data_dir, tmp_path / "cache", report)
+    assert _outputs(report) == before
+    assert sorted(p.name for p in report.iterdir()) == [
+        "answers.parquet",
+        "report.html",
+        "summary.json",
+        "tables",
+    ]
+    assert signals.stopped_line() == (
+        f"Interrupted (Ctrl-C). {report} is left as it was: none of this scoring's outputs was "
+        "written there."
+    )
+
+
+def test_a_ctrl_c_while_the_outputs_are_put_in_place_is_handled_once_they_all_are(
+    report: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The same, the Ctrl-C (a real SIGINT) coming inside the step that puts the new outputs in
+    place, once the earlier ones are moved away: it is held until every new one is in place, then
+    stops the command; the folder holds the new scoring's outputs, whole (three models in
+    summary.json, the report and index.csv), and says so."""
+    import signal
+
+    from dxi.runner import signals
+    from dxi.runner.outputs import staging
+
+    copy_model(tmp_path / "cache", "copy", "when2call", 1)
+    monkeypatch.setattr(staging, "_state", {})
+    clear = staging._clear
+
+    def interrupted(out: Path, old: Path) -> list[str]:
+        moved = clear(out, old)
+        os.kill(os.getpid(), signal.SIGINT)
+        return moved
+
+    monkeypatch.setattr(staging, "_clear", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        report_of(data_dir, tmp_path / "cache", report)
+    summary = orjson.loads((report / "summary.json").read_bytes())
+    labels = [m["model"] for m in summary["models"]]
+    assert labels == [f"embedded:{HOSTILE_MODEL}", "embedded:copy", MODEL]
+    assert "embedded:copy" in (report / "report.html").read_text()
+    assert sorted(pl.read_csv(report / "tables" / "index.csv")["model"]) == sorted(labels)
+    assert pl.read_parquet(report / "answers.parquet")["model"].unique().sort().to_list() == sorted(
+        labels
+    )
+    assert sorted(p.name for p in report.iterdir()) == [
+        "answers.parquet",
+        "report.html",
+        "summary.json",
+        "tables",
+    ]
+    assert signals.stopped_line() == (
+        f"Interrupted (Ctrl-C). {report} holds this scoring's outputs, whole (answers.parquet, "
+        "tables/, report.html, summary.json)."
+    )
+
+
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["INT", "KILL"])
+def test_dxi_report_stopped_while_it_puts_its_outputs_in_place(
+    report: Path, data_dir: Path, tmp_path: Path, how: str
+):
+    """`dxi report` in a process of its own, stopped inside the step that puts its outputs in place
+    (the earlier ones moved away, the new ones not yet renamed in: the ``committing`` event). A
+    Ctrl-C there is held until every output is in place: exit 130, the line says the folder holds
+    this scoring's outputs, whole. A SIGKILL (nothing can hold it) leaves the folder with no
+    output at all, never some of each scoring's; the next command removes what the killed one
+    staged."""
+    import subprocess
+
+    from .conftest import DXI
+    from .helpers import events
+
+    copy_model(tmp_path / "cache", "copy", "when2call", 1)
+    log = tmp_path / "events.jsonl"
+    argv = [DXI, "report", "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache")]
+    done = subprocess.run(
+        [*argv, "--out", str(report), "-q"],
+        env=events.env(log, "committing:1" + ("/INT" if how == "INT" else "")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    ((_, _, pid, moved),) = events.read(log, "committing")
+    assert moved == ["answers.parquet", "tables", "report.html", "summary.json"]
+    names = sorted(p.name for p in report.iterdir())
+    if how == "INT":
+        assert done.returncode == 130
+        assert done.stderr.endswith(
+            f"Interrupted (Ctrl-C). {report} holds this scoring's outputs, whole "
+            "(answers.parquet, tables/, report.html, summary.json).\n"
+        )
+        assert names == ["answers.parquet", "report.html", "summary.json", "tables"]
+        assert len(orjson.loads((report / "summary.json").read_bytes())["models"]) == 3
+        assert "embedded:copy" in (report / "report.html").read_text()
+        return
+    assert (done.returncode, names) == (-9, [f".dxi-staging-{pid}"])
+    assert report_of(data_dir, tmp_path / "cache", report).exit_code == 1
+    assert sorted(p.name for p in report.iterdir()) == [
+        "answers.parquet",
+        "report.html",
+        "summary.json",
+        "tables",
+    ]
+
+
+def test_score_after_a_report_takes_the_report_away_and_says_so(
+    report: Path, data_dir: Path, tmp_path: Path
+):
+    """`dxi score` into a folder holding a report writes summary.json and answers.parquet only: the
+    report and its tables, of the earlier scoring, no longer match them and are taken away (before,
+    they stayed beside the new summary.json, the old figures in them)."""
+    copy_model(tmp_path / "cache", "copy", "when2call", 1)
+    done = rescore.rescore(
+        rescore.select(PlanInputs(data_dir=data_dir, cache_dir=tmp_path / "cache", out=report))
+    )
+    assert sorted(p.name for p in report.iterdir()) == ["answers.parquet", "summary.json"]
+    assert len(done.summary.models) == 3
+    assert (
+        f"{report / 'report.html'} and {report / 'tables'} (an earlier scoring's, which "
+        "summary.json no longer matches) were removed: `dxi report` writes them for this one"
+    ) in done.notes
+
+
 def test_model_output_in_the_report_is_text_not_markup(report: Path):
     html = (report / "report.html").read_text()
     assert "<script" not in html.lower()
