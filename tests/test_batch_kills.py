@@ -50,6 +50,8 @@ def reference(kind: str, data: Path, tmp: Path) -> dict:
                         f"{kind}:m@{URLS[kind].format(server.url)}",
                         "--data-dir",
                         str(data),
+                        "--evals",
+                        "when2call",  # the synthetic data: When2Call only
                         "--cache-dir",
                         str(tmp / "ref-cache"),
                         "--out",

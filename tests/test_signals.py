@@ -90,6 +90,8 @@ def embedded_run(tmp_path: Path, tasks: int, *extra: str) -> subprocess.Popen:
             "embedded",
             "--data-dir",
             str(data),
+            "--evals",
+            "when2call",  # the synthetic data: When2Call only
             "--cache-dir",
             str(tmp_path / "cache"),
             "--out",
@@ -683,6 +685,8 @@ def test_a_signal_during_an_import_stops_dxi_with_one_line(tmp_path: Path, modul
             "embedded",
             "--data-dir",
             str(data),
+            "--evals",
+            "when2call",  # the synthetic data: When2Call only
             "--cache-dir",
             str(tmp_path / "c"),
             "--out",
@@ -746,6 +750,8 @@ def test_ctrl_c_at_any_moment_of_the_start_up_prints_one_line(tmp_path: Path, de
             "embedded",
             "--data-dir",
             str(data),
+            "--evals",
+            "when2call",  # the synthetic data: When2Call only
             "--cache-dir",
             str(tmp_path / "c"),
             "--out",
