@@ -23,6 +23,8 @@ from dxi.scoring.replies import model_notes
 from dxi.scoring.stopped_pairs import ANYTIME, NOT_CLAIMED, NOT_VALID
 from dxi.scoring.summary import signed
 
+from .legend import index_legend
+
 
 def _fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
@@ -487,6 +489,7 @@ def print_summary(
     )
     console.print(_fitted(console, _index_tables(summary, keys)))
     _legend(console, names, keys)
+    console.print(index_legend(summary), highlight=False, markup=False)
     groups = summary.ranking.groups if summary.ranking else []
     if sum(map(len, groups)) > 1:
         key_of = dict(zip(names, keys, strict=True))
