@@ -498,6 +498,8 @@ def test_a_stop_while_a_batch_is_submitted_counts_its_requests(tmp_path: Path, s
             "run",
             "--data-dir",
             str(tmp_path / "data"),
+            "--evals",
+            "when2call",  # the synthetic data: When2Call only
             "--cache-dir",
             str(tmp_path / "cache"),
             "--out",

@@ -628,6 +628,7 @@ def test_export_with_a_run_file_before_the_flags_in_a_real_dxi(tmp_path: Path):
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "two.toml").write_text(
         'data_dir = "../data"\ncache_dir = "../cache"\n\n[[models]]\nprovider = "embedded"\n'
+        '[evals]\nselect = ["when2call"]\n'  # the synthetic data: When2Call only
     )
     done = subprocess.run(
         [DXI, "run", "runs/two.toml", "-q"],
