@@ -28,12 +28,9 @@ each evaluation metric (``sums.METRICS``) that both have (not null):
   several epochs) its hull with the MOVER interval of the difference
   (``simultaneous.mover_difference``, Zou & Donner 2008; the bootstrap interval alone covered an F1
   difference 0.925 of the time at 60 questions); ``interval`` names which. The Decision Index's is
-  the symmetric bootstrap interval alone, the inversion of its own test: its hull with the MOVER
-  interval of the two models' index intervals covered every time (1.000 over 200 and 150 datasets
-  of two realistic models at 50 and 200 tasks per evaluation), so wide that in 20-29% of them a
-  pair the test separated was shown with an interval holding 0; alone it covers 0.925 at 50 tasks
-  and 0.953 at 200 (``benchmarks/stats_compare.py``); where the pair answered alike on some
-  evaluations, their bounds (``_terms_bound``) are square-added to its half-width;
+  the symmetric bootstrap interval alone, the inversion of its own test (its hull with MOVER was
+  far too wide: ``benchmarks/stats_compare.py`` gives the figures); where the pair answered alike
+  on some evaluations, their bounds (``_terms_bound``) are square-added to its half-width;
 * ``se``: the standard deviation of the resampled difference;
 * ``p_value``, the pair's own two-sided test, ``test`` names which: for accuracy between two models
   of one epoch each, the exact McNemar test (McNemar 1947) on the discordant answers ``a_only`` (a
@@ -57,28 +54,28 @@ each evaluation metric (``sums.METRICS``) that both have (not null):
   bootstrap alone covered an F1 difference only 0.925 of the time at 60 questions: the same
   bootstrap's test rejects too often there), and accuracy's Newcombe interval is not McNemar's
   inversion; where they disagree the pair is not separated, so no claim stands beside an interval
-  holding 0 (a trial met F1 pairs marked † beside [−3.1, +53.1]), and the family-wise error rate
-  stays at most the step-down's. Every significance claim (the tied
-  groups, the rank sets, the report's and ``dxi view``'s marks, the terminal's ranking line) reads
-  this one boolean; a filter can AND another condition into it before ``ranks`` is computed again.
+  holding 0, and the family-wise error rate stays at most the step-down's. Every significance claim
+  (the tied groups, the rank sets, the report's and ``dxi view``'s marks, the terminal's ranking
+  line) reads this one boolean; a filter can AND another condition into it before ``ranks`` is
+  computed again.
 
 Ranks (by the Decision Index, among the models that have one; ``ranks``): ``rank`` = 1 + the number
-of models with a higher index; ``rank_low``/``rank_high``: its marginal 95% rank set (Mogstad et
-al. 2024, §3.1: the max-T step-down over that model's pairs alone, ``marginal_rank_sets``; was the
-percentile interval of each resample's rank, which covered a true rank 0.39 of the time among tied
-models);
-``rank_set_low``/``rank_set_high``: the simultaneous rank set of Mogstad, Romano, Shaikh & Wilhelm
-(2024) from the index's ``significant`` pairs: every model's true rank lies in its set at once with
-95% confidence; ``group``: models that are statistically tied, consecutive in rank order: a model
-joins the group of the model ranked above it unless that group's first model is significantly above
-it, when it starts the next group. Groups and rank sets read the same ``significant`` pairs, so
-they agree: a model that starts a group has at least one model significantly above it, and its rank
-set starts at rank 2 or later.
+of models placed higher, each model placed by its index, a provisional one by its lowest bound (the
+worst outcome of its failed and missing answers, ``scoring.bounds``: a partial result never ranks
+above what it could turn out to be; the order of every table follows, ``Summary.order``);
+``rank_low``/``rank_high``: its marginal 95% rank set (Mogstad et al. 2024, §3.1: the max-T
+step-down over that model's pairs alone, ``marginal_rank_sets``; docs/outputs.md gives its
+coverage); ``rank_set_low``/``rank_set_high``: the simultaneous rank set of Mogstad, Romano, Shaikh
+& Wilhelm (2024) from the index's ``significant`` pairs: every model's true rank lies in its set at
+once with 95% confidence; ``group``: models that are statistically tied, consecutive in rank order:
+a model joins the group of the model ranked above it unless that group's first model is
+significantly above it, when it starts the next group. Groups and rank sets read the same
+``significant`` pairs, so they agree: a model that starts a group has at least one model
+significantly above it, and its rank set starts at rank 2 or later.
 
 A comparison that involves a provisional figure (``scoring.provisional``: answers failed or
 missing) has ``complete`` false; for accuracy its exact McNemar p is the largest any outcome of the
-open answers could give (``worst_mcnemar``), so the test's claim holds whatever they would have
-been.
+open answers could give (``worst_mcnemar``): the claim holds whatever they would have been.
 """
 
 from __future__ import annotations
@@ -355,6 +352,7 @@ def compare(
     discordants: dict[str, np.ndarray | None] | None = None,
     claim: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
     opens: dict[str, np.ndarray | None] | None = None,
+    place: np.ndarray | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every pair's comparisons (``COMPARISON_SCHEMA``) and every model's rank (``RANK_SCHEMA``),
     as the module docstring defines them. ``estimates`` maps evaluation -> ``sums.EvalMetrics``
@@ -366,7 +364,8 @@ def compare(
     evaluation with failed or missing answers -> ``open_pairs`` of its cube: the exact McNemar p
     of such a pair (``mcnemar_p`` and what enters ``p_adjusted``) is then the worst any outcome
     of the open answers could give (``worst_mcnemar``), while ``a_only``/``b_only`` stay the
-    counts with the open answers as not right."""
+    counts with the open answers as not right. ``place`` (labels,) is what each model is placed by
+    in ``ranks`` (default: its index)."""
     discordants, opens = discordants or {}, opens or {}
     rows: list[pl.DataFrame] = []
     n = len(labels)
@@ -506,7 +505,7 @@ def compare(
     if claim is not None:
         comparisons = claim(comparisons)
     return comparisons, (
-        ranks(found[0], labels, comparisons, boot.confidence)
+        ranks(found[0], labels, comparisons, boot.confidence, place)
         if found
         else pl.DataFrame(schema=RANK_SCHEMA)
     )
@@ -560,17 +559,24 @@ def tied_groups(point: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def ranks(
-    index: Figure, labels: list[str], comparisons: pl.DataFrame, confidence: float
+    index: Figure,
+    labels: list[str],
+    comparisons: pl.DataFrame,
+    confidence: float,
+    place: np.ndarray | None = None,
 ) -> pl.DataFrame:
     """``RANK_SCHEMA`` rows for the models with an index (in ``labels`` order), from its point
     values, replicates and the ``significant`` column of the index's rows of ``comparisons``
     (``compare``'s table, or that table after a filter has ANDed a condition into
-    ``significant``)."""
+    ``significant``). ``rank`` and the tied groups' order place each model by ``place`` (labels,):
+    its index, a provisional one's lowest bound (``scoring.scored``; default: the index); the rank
+    sets read the point values' directions of the pairs claimed."""
     ranked = np.flatnonzero(~np.isnan(index.point))
     if len(ranked) == 0:
         return pl.DataFrame(schema=RANK_SCHEMA)
     point = index.point[ranked]
-    rank = 1 + (point[None, :] > point[:, None]).sum(1)
+    placed = point if place is None else np.asarray(place, np.float64)[ranked]
+    rank = 1 + (placed[None, :] > placed[:, None]).sum(1)
     sign_test = min(1.0, 2.0 * 0.5**index.tasks) if index.tasks > 0 else 1.0
     low, high = marginal_rank_sets(point, index.replicates[:, ranked], confidence, sign_test)
     place = {labels[x]: k for k, x in enumerate(ranked)}  # label -> position among the ranked
@@ -579,7 +585,7 @@ def ranks(
     b = np.array([place.get(x, -1) for x in pairs["b"].to_list()], np.int64)
     sig = pairs["significant"].fill_null(False).to_numpy().astype(bool) & (a >= 0) & (b >= 0)
     set_low, set_high = rank_sets(point, a, b, sig)
-    group = tied_groups(point, a[sig], b[sig])
+    group = tied_groups(placed, a[sig], b[sig])
     return pl.DataFrame(
         {
             "label": [labels[x] for x in ranked],

@@ -35,6 +35,8 @@ def dxi_run(tmp: Path, url: str, *flags: str) -> tuple[int, str]:
             "run",
             "--data-dir",
             str(tmp / "data"),
+            "--evals",
+            "when2call",  # the synthetic data: When2Call only
             "--cache-dir",
             str(tmp / "cache"),
             "--out",
@@ -149,6 +151,8 @@ def test_a_stopped_batch_run_counts_the_requests_not_in_a_batch_not_sent(tmp_pat
             "run",
             "--data-dir",
             str(tmp_path / "data"),
+            "--evals",
+            "when2call",  # the synthetic data: When2Call only
             "--cache-dir",
             str(tmp_path / "cache"),
             "--out",
@@ -436,6 +440,8 @@ provider = "p"
 model = "m"
 params = {{ max_completion_tokens = 1000 }}
 price = {{ input = 0.0, output = 400000.0, batch_input = 0.0, batch_output = 100000.0 }}
+[evals]
+select = ["when2call"]
 """
         )
         done = subprocess.run(
@@ -492,6 +498,8 @@ def test_a_stop_while_a_batch_is_submitted_counts_its_requests(tmp_path: Path, s
             "run",
             "--data-dir",
             str(tmp_path / "data"),
+            "--evals",
+            "when2call",  # the synthetic data: When2Call only
             "--cache-dir",
             str(tmp_path / "cache"),
             "--out",

@@ -29,6 +29,7 @@ from dxi.runner.cli import main
 from .fakes.fake_provider import serve
 from .helpers import events
 from .helpers.batches import URLS, command, same_answers
+from .helpers.runs import select_flags
 from .helpers.synthetic import data_dir as synthetic_data
 
 pytestmark = pytest.mark.process
@@ -50,6 +51,7 @@ def reference(kind: str, data: Path, tmp: Path) -> dict:
                         f"{kind}:m@{URLS[kind].format(server.url)}",
                         "--data-dir",
                         str(data),
+                        *select_flags(data),  # what the data holds (the synthetic: When2Call)
                         "--cache-dir",
                         str(tmp / "ref-cache"),
                         "--out",

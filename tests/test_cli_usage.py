@@ -675,6 +675,7 @@ def test_export_with_a_run_file_before_the_flags_in_a_real_dxi(tmp_path: Path):
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "two.toml").write_text(
         'data_dir = "../data"\ncache_dir = "../cache"\n\n[[models]]\nprovider = "embedded"\n'
+        '[evals]\nselect = ["when2call"]\n'  # the synthetic data: When2Call only
     )
     done = subprocess.run(
         [DXI, "run", "runs/two.toml", "-q"],
@@ -845,3 +846,41 @@ def test_plan_help_lists_no_sending_option_and_refuses_one(capsys):
         "dxi plan: error: --max-in-flight is not an option of dxi plan (dxi run and dxi estimate "
         "take it)\nrun 'dxi plan --help' for the options\n",
     )
+
+
+@pytest.mark.parametrize("command", ["run", "estimate"])
+def test_a_selected_evaluation_without_data_is_refused_before_anything_is_sent(
+    command: str, data_dir: Path, tmp_path: Path, capsys
+):
+    """A data folder without the AA-Omniscience-Decision file: `dxi run` selects all four by
+    default, so it is refused (exit 2) naming the evaluation, the file looked for and the folder,
+    and the --evals that runs the others; no cache, no summary.json (it wrote one marked complete
+    and accepted, exit 0, with the index "not computed"). `dxi estimate` refuses as `dxi run`
+    would."""
+    shutil.rmtree(data_dir / "omniscience-standin")
+    folders = ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
+    argv = [command, "--model", "embedded", "--data-dir", str(data_dir), *folders]
+    assert main(argv if command == "run" else argv[:-2]) == EXIT_USAGE
+    assert capsys.readouterr().err == (
+        f"dxi {command}: error: no data for aa_omniscience_decision, which the run selects: no "
+        f"AA-Omniscience-Decision file under {data_dir} (looked for omniscience*/*.jsonl, "
+        "*omniscience*.jsonl, aa_omniscience*/*.jsonl). Nothing was sent (the Decision Index needs "
+        "all four evaluations). Put the file there or name it (--data-dir DIR; --omniscience, "
+        "--hle, --when2call or --wildguardtest FILE; `dxi data check` lists what is found); to run "
+        "the others alone: --evals hle_multichoice,when2call,wildguardtest\n"
+    )
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_evaluations_a_folder_holds_run_when_selected(data_dir: Path, tmp_path: Path, capsys):
+    """The folder of the test above, the three others selected with --evals: the run goes on,
+    exit 0, its summary of those three (the index not computed: it needs all four)."""
+    shutil.rmtree(data_dir / "omniscience-standin")
+    folders = ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
+    argv = ["run", "--model", "embedded", "--data-dir", str(data_dir), *folders, "-q"]
+    assert main([*argv, "--evals", "hle_multichoice,when2call,wildguardtest"]) == 0
+    summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    assert (summary["complete"], summary["accepted"]) == (True, True)
+    assert summary["data"]["aa_omniscience_decision"] == {"missing": "not selected (--evals)"}
+    assert [m["evals"]["when2call"]["n"] for m in summary["models"]] == [3]

@@ -90,6 +90,8 @@ def embedded_run(tmp_path: Path, tasks: int, *extra: str) -> subprocess.Popen:
             "embedded",
             "--data-dir",
             str(data),
+            "--evals",
+            "when2call",  # the synthetic data: When2Call only
             "--cache-dir",
             str(tmp_path / "cache"),
             "--out",
@@ -390,6 +392,52 @@ def test_writing_cut_by_the_end_of_the_grace_period_leaves_the_outputs_there_who
     assert sorted(p.name for p in out.iterdir()) == ["answers.parquet", "summary.json"]
 
 
+def test_the_end_of_the_grace_period_while_the_outputs_are_put_in_place_comes_after_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The grace period ends (SIGALRM) inside the step that puts a stopped run's outputs in place,
+    the earlier ones already moved away: it is held until the new ones are all in place, then ends
+    the writing; the folder holds the new summary.json and answers.parquet, and the run's last line
+    says what arrived is scored there (not "was not written")."""
+    from types import SimpleNamespace
+
+    from dxi.runner import signals
+    from dxi.runner.outputs import files, staging
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_bytes(b'{"before": true}')
+    (out / "answers.parquet").write_bytes(b"the answers before")
+    answers = pl.DataFrame({"model": ["m"], "status": ["ok"]})
+    monkeypatch.setattr(
+        files, "summarize", lambda *a, **k: ("summary", SimpleNamespace(answers=answers))
+    )
+    monkeypatch.setattr(files.scoring, "export", lambda frame: frame)
+    monkeypatch.setattr(files.records, "to_json", lambda s: b'{"after": true}')
+    monkeypatch.setattr(staging, "_state", {})
+    clear = staging._clear
+
+    def grace_over(where: Path, old: Path) -> list[str]:
+        moved = clear(where, old)
+        signal.raise_signal(signal.SIGALRM)  # as the grace period's timer fires here
+        return moved
+
+    monkeypatch.setattr(staging, "_clear", grace_over)
+    result = signals.within(
+        time.monotonic() + 30, lambda: files.score_all(None, None, None, out, None)
+    )
+    assert result == (None, "grace")
+    assert (out / "summary.json").read_bytes() == b'{"after": true}'
+    assert pl.read_parquet(out / "answers.parquet").equals(answers)
+    assert sorted(p.name for p in out.iterdir()) == ["answers.parquet", "summary.json"]
+    stop = signals.Interrupted(signal.SIGTERM, True, counts=SimpleNamespace(not_sent=3))
+    stop.unwritten = "grace"
+    assert signals.written(stop, out) == (
+        f" What arrived is scored in {out}/summary.json, marked interrupted: partial, the answers "
+        "not there counted missing (provisional figures, with their bounds)."
+    )
+
+
 @pytest.mark.process
 @pytest.mark.slow
 def test_a_model_sent_after_waiting_for_another_process_drains_as_the_others_do(tmp_path: Path):
@@ -683,6 +731,8 @@ def test_a_signal_during_an_import_stops_dxi_with_one_line(tmp_path: Path, modul
             "embedded",
             "--data-dir",
             str(data),
+            "--evals",
+            "when2call",  # the synthetic data: When2Call only
             "--cache-dir",
             str(tmp_path / "c"),
             "--out",
@@ -761,6 +811,8 @@ def test_ctrl_c_at_any_moment_of_the_start_up_prints_one_line(tmp_path: Path, de
             "embedded",
             "--data-dir",
             str(data),
+            "--evals",
+            "when2call",  # the synthetic data: When2Call only
             "--cache-dir",
             str(tmp_path / "c"),
             "--out",

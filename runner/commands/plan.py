@@ -157,7 +157,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
         e: n
         for e, n in gold.group_by("eval").agg(pl.col("task_id").n_unique()).sort("eval").iter_rows()
     }
-    no_data = [e for e in index if e not in populations and e not in left_out]
+    missing = plan.suite.no_data()  # as `dxi run` refuses it (Plan.check_data); or no task left
+    no_data = [e for e in index if e in missing or (e not in populations and e not in left_out)]
     if left_out:
         raise UsageError(
             f"{options.selection(args)} leaves out {', '.join(left_out)}: a plan is of the whole "

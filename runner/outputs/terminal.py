@@ -23,6 +23,8 @@ from dxi.scoring.replies import model_notes
 from dxi.scoring.stopped_pairs import ANYTIME, NOT_CLAIMED, NOT_VALID
 from dxi.scoring.summary import signed
 
+from .legend import index_legend
+
 
 def _fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
@@ -373,7 +375,7 @@ def _index_tables(summary: Summary, keys: list[str]) -> list[Table | Group]:
 def _rank(m: ModelEntry) -> str:
     """A model's rank by the index with its 95% interval over the resamples: "2 [1–3]" (— without
     one); "2* [1–3]" (``provisional.MARK``) when its index is provisional, as the index is marked:
-    the rank is of that index (its interval covers every rank the index's bounds allow)."""
+    a rank by its lowest bound (its interval covers every rank the index's bounds allow)."""
     if unset(m.rank) is None:
         return "—"
     low, high = m.rank_ci
@@ -488,6 +490,7 @@ def print_summary(
     )
     console.print(_fitted(console, _index_tables(summary, keys)))
     _legend(console, names, keys)
+    console.print(index_legend(summary), highlight=False, markup=False)
     groups = summary.ranking.groups if summary.ranking else []
     if sum(map(len, groups)) > 1:
         key_of = dict(zip(names, keys, strict=True))
