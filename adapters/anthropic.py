@@ -2,8 +2,12 @@
 (PROTOCOLS.md §C).
 
 ``POST {base_url}/v1/messages`` (default https://api.anthropic.com) with headers
-``x-api-key: $ANTHROPIC_API_KEY`` and ``anthropic-version: 2023-06-01``. Body (the default,
-``structured=output_config``)::
+``x-api-key: $ANTHROPIC_API_KEY`` and ``anthropic-version: 2026-10-21`` (``API_VERSION``: the
+version the anthropic SDK 2.x sends, ``anthropic/_constants.py`` ``ANTHROPIC_API_VERSION``;
+Anthropic recommends the latest version, earlier ones being "deprecated and may be unavailable for
+new users", platform.claude.com/docs/en/api/versioning). ``--option api_version=2023-06-01`` pins
+the previous version (``API_VERSIONS``), which still serves the requests it served. Body (the
+default, ``structured=output_config``)::
 
     {"model", "max_tokens": <adapters.budgets>, **params, "system": <adapters.llm.SYSTEM_PROMPT>,
      "messages": [{"role": "user", "content": <adapters.llm.render>}],
@@ -25,20 +29,34 @@ only, thinking only) is invalid.
 
 Either way ``stop_reason`` "max_tokens" or "model_context_window_exceeded" (cut off: while thinking
 when thinking blocks came, or ``usage.output_tokens_details.thinking_tokens`` counted thinking, and
-no answer had begun) and "refusal" make every answer invalid, and an error body in a 200 (an
+no answer had begun), "refusal" and "pause_turn" (a long-running turn paused unfinished, to be sent
+back to continue: ``PAUSED``) make every answer invalid, and an error body in a 200 (an
 ``{"type": "error"}`` event) is a transient failure. ``params`` are Messages fields sent as given
-(``max_tokens``, ``thinking``, ``stop_sequences``, ...; the current SDK declares no
-``temperature``). The default ``max_tokens`` leaves room for the thinking of the current models,
-which think by default and count it within ``max_tokens``: 16,000 (64,000 at effort xhigh or max),
-1,024 for models that do not think (``adapters.budgets``). ``--effort LEVEL`` is
-``output_config.effort`` (low, medium, high, xhigh, max: the SDK's ``OutputConfigParam``); a user's
-``output_config`` (``--param output_config='{"effort": "low"}'``) is merged with the adapter's key
-by key: only ``format`` is the adapter's. Usage: ``input_tokens`` plus ``cache_read_input_tokens``
-and ``cache_creation_input_tokens``, which Anthropic counts outside ``input_tokens``, as input (the
+(``max_tokens``, ``thinking``, ``stop_sequences``, ...), except the sampling parameters
+``temperature``, ``top_p`` and ``top_k`` (``SAMPLING``): version 2026-10-21 answers a request
+carrying any of them with HTTP 400, even at its default value (the migration guide,
+platform.claude.com/docs/en/api/migration-2026-10-21; the SDK 2.x declares none of them), so they
+are refused before anything is sent, unless the version is pinned to 2023-06-01. The default
+``max_tokens`` leaves room for the thinking of the current models, which think by default and count
+it within ``max_tokens``: 16,000 (64,000 at effort xhigh or max), 1,024 for models that do not think
+(``adapters.budgets``). ``--effort LEVEL`` is ``output_config.effort`` (low, medium, high, xhigh,
+max: the SDK's ``OutputConfigParam``); a user's ``output_config`` (``--param
+output_config='{"effort": "low"}'``) is merged with the adapter's key by key: only ``format`` is the
+adapter's. Usage: ``input_tokens`` plus ``cache_read_input_tokens`` and
+``cache_creation_input_tokens``, which Anthropic counts outside ``input_tokens``, as input (the
 cache reads also as cached input, the writes as cache writes, 5-minute or 1-hour: ``usage_of``),
 each at its price (``CACHE_PRICES`` unless the run file gives one), ``output_tokens``. Errors: 429
 and 529 (overloaded) are retried, honouring ``retry-after``; a spend limit stops the provider
 (``adapters.provider_errors``).
+
+The version is not part of the cache key (``adapters.base.Request``): it changes which request
+bodies the API accepts, not the meaning of one it accepts. Every body sent at 2026-10-21 is accepted
+at 2023-06-01 too and answered in the same shapes (the SDK's ``Message``, ``Usage``, ``StopReason``,
+stream events, batch results and error bodies are the same at both: the changes the guide lists are
+requests it refuses), and the bodies only 2023-06-01 accepts (sampling parameters) are refused here
+at 2026-10-21, so a cached row is only ever read by a run that sends the same request at a version
+that serves it. Message Batches: each request of a batch is held to the version its create was sent
+with.
 
 Model strings: ``anthropic:claude-sonnet-5-5``, ``anthropic:NAME@https://proxy.example/anthropic``.
 """
@@ -59,10 +77,21 @@ from .provider_errors import body_error
 from .streaming import MessagesAssembler, anthropic_sdk_refuses
 
 TOOL = "answer"
-API_VERSION = "2023-06-01"
+API_VERSION = "2026-10-21"
+LEGACY_VERSION = "2023-06-01"
+API_VERSIONS = (API_VERSION, LEGACY_VERSION)
+"""The ``anthropic-version`` values the adapter speaks: the default, then the deprecated one a user
+may pin (``--option api_version=...``)."""
+SAMPLING = ("temperature", "top_p", "top_k")
+"""The Messages fields version 2026-10-21 refuses with HTTP 400 at any value ("temperature: Extra
+inputs are not permitted")."""
 
 
 STRUCTURED = ("output_config", "tool")
+PAUSED = (
+    "the provider paused the turn unfinished (stop_reason pause_turn: a long-running turn, to be sent "
+    "back to continue): no final answer"
+)
 
 
 def usage_of(doc: dict) -> dict:
@@ -124,6 +153,8 @@ def decode_messages(
     )  # thinking counted, though none returned
     if stop == "refusal":
         return llm.invalid_reply(task, "refusal (stop_reason refusal)", **meta)
+    if stop == "pause_turn":  # the anthropic SDK's Message.stop_reason: unfinished, never final
+        return llm.invalid_reply(task, PAUSED, **meta)
     if stop in ("max_tokens", "model_context_window_exceeded"):
         began = bool(text.strip()) or any(b.get("type") == "tool_use" for b in blocks)
         reason, cut_off = llm.truncated(f"stop_reason {stop}", "max_tokens", began, thinking)
@@ -147,7 +178,7 @@ class Anthropic(HTTPAdapter):
     default_base_url = "https://api.anthropic.com"
     path = "/v1/messages"
     api_key_env = "ANTHROPIC_API_KEY"
-    OPTIONS = frozenset({"api_key_env", "api_key_command", "structured"})
+    OPTIONS = frozenset({"api_key_env", "api_key_command", "structured", "api_version"})
     RESERVED = frozenset({"model", "system", "messages", "tools", "tool_choice", "stream"})
     EFFORT_FIELD = "output_config.effort"
     EFFORT_LEVELS = (
@@ -172,6 +203,20 @@ class Anthropic(HTTPAdapter):
             raise ValueError(
                 f"anthropic: the option structured is one of {', '.join(STRUCTURED)} "
                 f"(tool: a forced tool, for older models), not {self.structured!r}"
+            )
+        self.api_version = str(spec.options.get("api_version") or API_VERSION)
+        if self.api_version not in API_VERSIONS:
+            raise ValueError(
+                f"anthropic: the option api_version is one of {', '.join(API_VERSIONS)} "
+                f"(the anthropic-version header), not {self.api_version!r}"
+            )
+        refused = [k for k in SAMPLING if k in self.params]
+        if refused and self.api_version == API_VERSION:
+            raise ValueError(
+                f"anthropic: API version {API_VERSION} refuses {', '.join(refused)} (HTTP 400, even "
+                "at the default value): leave it out, or pin the deprecated version with --option "
+                f"api_version={LEGACY_VERSION} (a run file: options = "
+                f'{{api_version = "{LEGACY_VERSION}"}})'
             )
 
     def default_params(self, model: str, params: dict) -> dict:
@@ -217,7 +262,7 @@ class Anthropic(HTTPAdapter):
         return {"x-api-key": key}
 
     def extra_headers(self) -> dict[str, str]:
-        return {"anthropic-version": API_VERSION}
+        return {"anthropic-version": self.api_version}
 
     def encode(self, task: Task, sample: int = 0) -> Request:
         config = self.params.get("output_config") or {}

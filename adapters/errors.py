@@ -107,7 +107,8 @@ class Unreachable(Transient):
 
 class IdleTimeout(Transient):
     """No byte of the reply arrived within the idle timeout (``--timeout``, ``attempt_timeout_s``);
-    a reply sent whole then says what to do (``http.Adapter.transmit``)."""
+    a reply sent whole, and a streamed one before its first event, then say what to do
+    (``http.Adapter.transmit``: ``http.WHOLE_REPLY``, ``http.FIRST_BYTE``)."""
 
 
 class Fatal(AdapterError):

@@ -54,15 +54,23 @@ def retry_delay(body: bytes) -> float | None:
     return provider_errors.retry_delay(provider_errors.error_doc(body))
 
 
+def billed_output(answer: Any, thoughts: Any) -> int | None:
+    """The output tokens billed for a Gemini reply: its answer tokens (``candidatesTokenCount``)
+    plus its thoughts (``thoughtsTokenCount``, billed as output and not counted within the answer
+    tokens: google-genai ``GenerateContentResponseUsageMetadata``); None when neither is given. The
+    API leaves a count of 0 out of its JSON, so a reply cut off while thinking gives
+    ``thoughtsTokenCount`` alone (python-genai #811): its thoughts are its output."""
+    out, thought = as_count(answer), as_count(thoughts)
+    return None if out is None and thought is None else (out or 0) + (thought or 0)
+
+
 def _usage(doc: dict) -> tuple[int | None, int | None, int | None]:
     usage = doc.get("usageMetadata") if isinstance(doc.get("usageMetadata"), dict) else {}
-    out = as_count(usage.get("candidatesTokenCount"))
-    thoughts = as_count(usage.get("thoughtsTokenCount")) or 0
     prompt = as_count(usage.get("promptTokenCount"))
     cached = as_count(usage.get("cachedContentTokenCount"))  # within promptTokenCount
     return (
         prompt,
-        None if out is None else out + thoughts,
+        billed_output(usage.get("candidatesTokenCount"), usage.get("thoughtsTokenCount")),
         (cached or 0) if prompt is not None else None,
     )
 

@@ -40,7 +40,7 @@ from dxi.evals import Task
 
 from .base import Reply, Request
 from .errors import MalformedReply, Transient
-from .gemini import API_KEY_ENVS, retry_delay
+from .gemini import API_KEY_ENVS, billed_output, retry_delay
 from .http import HTTPAdapter, as_count, load_json
 from .llm import invalid_reply
 from .provider_errors import body_error
@@ -52,12 +52,12 @@ P_YES_RANGE = (0.01, 0.99)
 def _usage(doc: dict) -> dict:
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
     tokens_in = as_count(usage.get("total_input_tokens"))
-    out = as_count(usage.get("total_output_tokens"))
-    thoughts = as_count(usage.get("total_thought_tokens")) or 0
     cached = as_count(usage.get("total_cached_tokens"))
     return {
         "input_tokens": tokens_in,
-        "output_tokens": None if out is None else out + thoughts,
+        "output_tokens": billed_output(
+            usage.get("total_output_tokens"), usage.get("total_thought_tokens")
+        ),
         "cached_input_tokens": (cached or 0) if tokens_in is not None else None,
     }
 

@@ -299,6 +299,11 @@ WHOLE_REPLY = (
     "model's whole thinking: give a --timeout longer than its longest thinking, or stream it "
     "(--stream always): streaming is the way to let a model think longer than --timeout"
 )
+FIRST_BYTE = (
+    ": streamed, nothing of the reply arrived: a model may send nothing while it thinks before its "
+    "first token (OpenAI's Chat Completions streams no reasoning), so give a --timeout longer than "
+    "its longest time to first token at the effort you run"
+)
 ERROR_BYTES = 64 << 10  # what is read of an error reply
 
 
@@ -443,16 +448,17 @@ async def post_stream(
     max_bytes: int = DEFAULT_MAX_REPLY_BYTES,
 ) -> bytes:
     """POST a streamed request and return its reply assembled from the server-sent events by
-    ``assembler`` (``adapters.streaming``): the bytes a non-streamed request returns, redacted of
-    ``secrets``. ``progress`` notes what arrived (``began``, ``first_token``, ``received``).
+        ``assembler`` (``adapters.streaming``): the bytes a non-streamed request returns, redacted of
+        ``secrets``. ``progress`` notes what arrived (``began``, ``first_token``, ``received``).
 
-    A status other than 2xx raises as ``post`` does (``error_for``); a 2xx that is not
-    ``text/event-stream`` (a server that answered whole) is read as ``post`` reads it. The session's
-    read timeout is an idle timeout: a reply that keeps arriving is read for as long as it takes.
-    Once part of the reply arrived (its first event), a failure (no byte for the idle timeout, a
-    broken connection, an error event, a stream that ends before its stop) is final for this run
-    (``cut_stream``); before, it is retried as ``post``'s. A stream past ``max_bytes`` raises
-    ReplyTooLarge with its first bytes."""
+        A status other than 2xx raises as ``post`` does (``error_for``); a 2xx that is not
+        ``text/event-stream`` (a server that answered whole) is read as ``post`` reads it. The session's
+        read timeout is an idle timeout: a reply that keeps arriving is read for as long as it takes.
+        Once part of the reply arrived (its first event), a failure (no byte for the idle timeout, a
+        broken connection, an error event, a stream that ends before its stop) is final for this run
+        (``cut_stream``); before, it is retried as ``post``'s (IdleTimeout for no byte within the idle
+    timeout). A stream past ``max_bytes`` raises
+        ReplyTooLarge with its first bytes."""
     try:
         async with client.request("POST", url, data=body, headers=headers) as resp:
             status = resp.status
@@ -530,7 +536,8 @@ async def post_stream(
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
         raise Unreachable(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
-        raise Transient(f"{what}: {_why(exc)}") from None
+        idle = isinstance(exc, aiohttp.SocketTimeoutError)  # before any of the reply: as post's
+        raise (IdleTimeout if idle else Transient)(f"{what}: {_why(exc)}") from None
 
 
 def _why(exc: BaseException) -> str:
@@ -814,20 +821,24 @@ class HTTPAdapter(Adapter):
                             exc.args = (f"{exc}{WHOLE_REPLY}",)
                         raise
                 body = self.stream_body(request.body)
-                return await self._keyed(
-                    lambda headers, secrets: post_stream(
-                        self._session,
-                        self.stream_url,
-                        body,
-                        headers,
-                        self.label,
-                        self.assembler(),
-                        progress,
-                        self.retry_after_from_body,
-                        secrets,
-                        self.limits.max_reply_bytes,
+                try:
+                    return await self._keyed(
+                        lambda headers, secrets: post_stream(
+                            self._session,
+                            self.stream_url,
+                            body,
+                            headers,
+                            self.label,
+                            self.assembler(),
+                            progress,
+                            self.retry_after_from_body,
+                            secrets,
+                            self.limits.max_reply_bytes,
+                        )
                     )
-                )
+                except IdleTimeout as exc:  # silent past --timeout before its first event
+                    exc.args = (f"{exc}{FIRST_BYTE}",)
+                    raise
         except (ProviderStop, Fatal) as exc:
             if (stop := streaming_refused(exc)) is not None:
                 raise stop from None

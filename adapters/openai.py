@@ -20,7 +20,8 @@ invalid too; an error inside a 200 (an ``error`` body, a choice with ``finish_re
 OpenRouter sends) is a transient failure with the provider's message. Usage: ``prompt_tokens``
 (``prompt_tokens_details.cached_tokens`` of them read from the prompt cache and
 ``cache_write_tokens`` written to it, each at its price when the run file gives one: OpenAI prices
-them per model), ``completion_tokens`` (reasoning tokens included, as billed).
+them per model), ``completion_tokens`` (reasoning tokens included, as billed; a gateway that leaves
+them out of it, its ``total_tokens`` saying so, has them added: ``usage_of``).
 
 Model strings: ``openai:gpt-6.1-terra`` (https://api.openai.com/v1),
 ``openai:qwen2.5@http://127.0.0.1:8080/v1``.
@@ -62,36 +63,48 @@ def choice_of(doc: Any, body: bytes) -> dict:
 
 
 def usage_of(doc: dict) -> tuple[int | None, int | None]:
-    """(prompt_tokens, completion_tokens) of a Chat Completions reply."""
+    """(prompt_tokens, completion_tokens) of a Chat Completions reply: the output tokens billed,
+    reasoning included (``CompletionTokensDetails``: reasoning tokens are counted within
+    ``completion_tokens``). A gateway in front of Gemini that leaves the thoughts out of
+    ``completion_tokens`` while giving them as ``reasoning_tokens`` and in ``total_tokens``
+    (``total_tokens == prompt + completion + reasoning``, reasoning above 0: CLIProxyAPI #5733,
+    ``completion_tokens`` 0 with ``reasoning_tokens`` 60) has them added, as they are billed; a
+    consistent usage (``total_tokens == prompt + completion``) is read as given."""
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-    return as_count(usage.get("prompt_tokens")), as_count(usage.get("completion_tokens"))
+    prompt = as_count(usage.get("prompt_tokens"))
+    completion = as_count(usage.get("completion_tokens"))
+    reasoning = reasoning_tokens_of(doc) or 0
+    total = as_count(usage.get("total_tokens"))
+    if prompt is not None and completion is not None and reasoning:
+        if total == prompt + completion + reasoning:  # the reasoning left out of completion_tokens
+            completion += reasoning
+    return prompt, completion
 
 
-def cached_of(doc: dict) -> int | None:
-    """``usage.prompt_tokens_details.cached_tokens`` of a Chat Completions reply: the prompt tokens
-    read from OpenAI's prompt cache (counted within ``prompt_tokens``, billed at the cached-input
-    price); None if absent."""
+PROMPT_DETAILS = "prompt_tokens_details"
+"""Where Chat Completions usage details its prompt tokens (the openai SDK's
+``types/completion_usage.py``); the Decisions format's is ``input_tokens_details``
+(``types/decision.py``), read by the same two functions below."""
+
+
+def _input_details(doc: dict, details: str) -> dict:
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-    details = (
-        usage.get("prompt_tokens_details")
-        if isinstance(usage.get("prompt_tokens_details"), dict)
-        else {}
-    )
-    return as_count(details.get("cached_tokens"))
+    return usage.get(details) if isinstance(usage.get(details), dict) else {}
 
 
-def cache_writes_of(doc: dict) -> int | None:
+def cached_of(doc: dict, details: str = PROMPT_DETAILS) -> int | None:
+    """``usage.prompt_tokens_details.cached_tokens`` of a Chat Completions reply (``details``:
+    another usage field holding ``cached_tokens``): the prompt tokens read from OpenAI's prompt
+    cache (counted within ``prompt_tokens``, billed at the cached-input price); None if absent."""
+    return as_count(_input_details(doc, details).get("cached_tokens"))
+
+
+def cache_writes_of(doc: dict, details: str = PROMPT_DETAILS) -> int | None:
     """``usage.prompt_tokens_details.cache_write_tokens`` of a Chat Completions reply (the openai
-    SDK's ``types/completion_usage.py``): the prompt tokens written to OpenAI's prompt cache (within
-    ``prompt_tokens``; priced at a run file's ``cache_write`` price, else as input); None if
-    absent."""
-    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-    details = (
-        usage.get("prompt_tokens_details")
-        if isinstance(usage.get("prompt_tokens_details"), dict)
-        else {}
-    )
-    return as_count(details.get("cache_write_tokens"))
+    SDK's ``types/completion_usage.py``; ``details`` as for ``cached_of``): the prompt tokens
+    written to OpenAI's prompt cache (within ``prompt_tokens``; priced at a run file's
+    ``cache_write`` price, else as input); None if absent."""
+    return as_count(_input_details(doc, details).get("cache_write_tokens"))
 
 
 def reasoning_tokens_of(doc: dict) -> int | None:

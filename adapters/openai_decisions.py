@@ -14,7 +14,10 @@ P(yes), are validated by ``adapters.decision``. A ``refusal`` answer (the model 
 question) is invalid; the others are kept. Answers are matched to questions by ``name``, or by
 position when a name is absent; a question answered twice, or an option named twice in
 ``probabilities``, is invalid with the name; ``NaN`` and ``Infinity`` make the answers they touch
-invalid; an error body in a 200 is a transient failure. Usage: ``input_tokens``, ``output_tokens``.
+invalid; an error body in a 200 is a transient failure. Usage: ``input_tokens`` (of them
+``input_tokens_details.cached_tokens`` read from the prompt cache and ``cache_write_tokens`` written
+to it, each at its price when the run file gives one, as the ``openai`` adapter's),
+``output_tokens`` (``output_tokens_details.reasoning_tokens`` within them).
 
 Model strings: ``openai-decisions:gpt-6-luna``, ``openai-decisions:NAME@http://127.0.0.1:4000/v1``
 (LiteLLM).
@@ -30,7 +33,10 @@ from .base import Answer, Reply, Request
 from .decision import choice_answer, yes_no_answer
 from .errors import MalformedReply, Transient
 from .http import HTTPAdapter, as_count, load_json
+from .openai import cache_writes_of, cached_of
 from .provider_errors import body_error
+
+INPUT_DETAILS = "input_tokens_details"  # the openai SDK's types/decision.py Usage
 
 
 def encode_questions(task: Task) -> list[dict]:
@@ -123,6 +129,8 @@ def decode_decisions(task: Task, body: bytes) -> Reply:
         as_count(usage.get("input_tokens")),
         as_count(usage.get("output_tokens")),
         served,
+        cached_input_tokens=cached_of(doc, INPUT_DETAILS),
+        cache_write_tokens=cache_writes_of(doc, INPUT_DETAILS),
     )
 
 

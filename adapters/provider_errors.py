@@ -20,9 +20,13 @@ One function, ``provider_stop``, reads the three documented error shapes (they c
   day of the next month, and the reply has no retry-after), ``contract_spend_limit_reached`` or
   ``linked_organization_spend_limit_reached`` (the anthropic SDK's
   ``types/shared/*_spend_limit_reached_error_details.py``, ``ErrorDetails`` union);
-  ``organization_on_hold``; a 402 ``billing_error``; and a spend limit the user set: HTTP 400
+  ``organization_on_hold``; a 402 ``billing_error``; a spend limit the user set: HTTP 400
   ``invalid_request_error`` whose message begins "You have reached your specified (workspace) API
-  usage limits" and states when access resumes (platform.claude.com/docs/en/api/errors).
+  usage limits" and states when access resumes (platform.claude.com/docs/en/api/errors); and a
+  prepaid balance used up: HTTP 400 ``invalid_request_error`` "Your credit balance is too low to
+  access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits." (every
+  request of the organization meets it until credits are bought: anthropics/claude-code #4684,
+  #66314).
 * **Google** (Gemini): ``{"error": {"code", "message", "status", "details": [...]}}``. A per-day
   quota: 429 ``RESOURCE_EXHAUSTED`` with a ``type.googleapis.com/google.rpc.QuotaFailure`` detail
   whose violations' ``quotaId`` names a per-day quota
@@ -157,6 +161,7 @@ GOOGLE_BILLING_REASONS = frozenset({"BILLING_DISABLED"})
 _USAGE_LIMIT = re.compile(
     r"you have reached your specified (?:workspace )?api usage limits", re.IGNORECASE
 )
+_CREDIT_BALANCE = re.compile(r"your credit balance is too low", re.IGNORECASE)
 _REGAIN = re.compile(
     r"(\d{4}-\d{2}-\d{2})(?:[ T]?(?:at )?(\d{1,2}:\d{2})(?::\d{2})?)?\s*(?:UTC|Z)?"
 )
@@ -338,6 +343,8 @@ def provider_stop(
         return stop(QUOTA, hint=" (billing)")
     if _USAGE_LIMIT.search(message):
         return stop(QUOTA, _regain_in(message, now), " (spend limit)")
+    if _CREDIT_BALANCE.search(message):
+        return stop(QUOTA, hint=" (credit balance)")
     if error.get("status") == "RESOURCE_EXHAUSTED" and (quota := _per_day_violation(error)):
         return stop(QUOTA, retry_delay(error), f" ({quota})")
     reason = _error_info_reason(error)

@@ -21,7 +21,8 @@ bytes):
 
 * ``ChatAssembler``: OpenAI ``chat.completion.chunk`` events (the openai SDK's
   ``ChatCompletionChunk``), then ``data: [DONE]``; the deltas' ``content``, ``refusal`` and
-  reasoning text (``reasoning_content``, ``reasoning``) are joined per choice, the last chunk
+  reasoning text (``reasoning_content``, ``reasoning``) are joined per choice, a tool call's pieces
+  by its ``index`` (its ``function.arguments`` joined, as the SDK does), the last chunk
   (``choices: []``) carries ``usage``. The result is a ``chat.completion`` object, as the openai
   SDK's ``ChatCompletionStreamState`` builds it.
 * ``MessagesAssembler``: Anthropic ``message_start``, ``content_block_start`` / ``_delta``
@@ -167,6 +168,29 @@ def _join(target: dict, delta: dict, texts: tuple[str, ...]) -> bool:
     return token
 
 
+def _tool_calls(message: dict, calls: list) -> bool:
+    """Join streamed tool-call pieces into ``message["tool_calls"]`` by their ``index`` (the openai
+    SDK's ``ChatCompletionStreamState``: the first piece names the call, the next ones carry
+    ``function.arguments`` a few characters at a time, appended); True when arguments came."""
+    joined = message.get("tool_calls")
+    joined = message["tool_calls"] = joined if isinstance(joined, list) else []
+    token = False
+    for call in calls:
+        if not isinstance(call, dict):
+            continue
+        index = call.get("index", len(joined))
+        target = next((c for c in joined if c.get("index") == index), None)
+        if target is None:
+            joined.append(target := {})
+        for key, value in call.items():
+            if key == "function" and isinstance(value, dict):
+                function = target.setdefault("function", {})
+                token = _join(function, value, ("arguments",)) or token
+            elif value is not None or key not in target:
+                target[key] = value
+    return token
+
+
 class _ListAssembler(Assembler):
     """A reply whose chunks are JSON objects: top-level fields (``_field``) and a list ``LIST`` of
     items, each chunk of an item joined into the item of its index (``_item``): OpenAI's
@@ -233,7 +257,12 @@ class ChatAssembler(_ListAssembler):
         for key, value in chunk.items():
             if key == "delta":
                 message = choice.setdefault("message", {})
-                token = _join(message, value, self.TEXTS) if isinstance(value, dict) else False
+                if isinstance(value, dict):
+                    delta = dict(value)
+                    calls = delta.pop("tool_calls", None)
+                    token = _join(message, delta, self.TEXTS)
+                    if isinstance(calls, list):
+                        token = _tool_calls(message, calls) or token
             elif (
                 key == "logprobs" and isinstance(value, dict) and isinstance(choice.get(key), dict)
             ):

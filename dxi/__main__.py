@@ -64,9 +64,9 @@ def command() -> None:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # with what the output folder holds, if a scoring was writing it
         code = signals.exit_code()
-        print(f"Interrupted ({signals.describe(signals.received())}).", file=sys.stderr)
+        print(signals.stopped_line(), file=sys.stderr)
     except Exception as exc:  # noqa: BLE001 (a bug outside main: one line, the trace in a file)
         from dxi.runner.crash import report
         from dxi.runner.errors import EXIT_SOFTWARE

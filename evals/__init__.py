@@ -330,12 +330,19 @@ class Suite:
     def not_run(self, selection: str = "--evals") -> dict[str, str]:
         """Every evaluation of ``EVALS`` that will not be run -> why: "left out by ``selection``"
         (what chose ``evals``: "--evals", or a run file's select) or why it has no data
-        (``EvalData.missing``, "no data" when unknown)."""
-        out = dict.fromkeys(self.left_out(), f"left out by {selection}")
-        for n in EVALS:
-            if n not in out and (n not in self.data or self.data[n].file is None):
-                out[n] = (self.data[n].missing if n in self.data else None) or "no data"
-        return out
+        (``no_data``)."""
+        return dict.fromkeys(self.left_out(), f"left out by {selection}") | self.no_data()
+
+    def no_data(self) -> dict[str, str]:
+        """The evaluations selected (every one of ``EVALS`` unless ``evals`` leaves it out) that
+        have no data -> why (``EvalData.missing``: the file looked for and the folder; "no data"
+        when unknown), in index order."""
+        left_out = set(self.left_out())
+        return {
+            n: (self.data[n].missing if n in self.data else None) or "no data"
+            for n in EVALS
+            if n not in left_out and (n not in self.data or self.data[n].file is None)
+        }
 
     def tasks(self, name: str | None = None) -> Iterator[Task]:
         """Stream the tasks of one evaluation, or of all selected ones in index order."""

@@ -821,7 +821,8 @@ def write(summary: Summary, scored: Scored, out: Path, ranked: bool = False) -> 
     and ``.parquet`` for every table of ``scored.tables()``, their rows in the report's model order
     (``comparisons``: each pair ``a`` before ``b`` in that order, ``scoring.summary.in_order``);
     returns the report's path. ``ranked``: order the models by Decision Index (when no run file or
-    ``--model`` gave an order)."""
+    ``--model`` gave an order). ``dxi report`` gives its staging folder as ``out``: the report is
+    put in place with summary.json and answers.parquet (``runner.outputs.staging``)."""
     tables = out / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     labels = summary.order(ranked)

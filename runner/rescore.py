@@ -25,6 +25,7 @@ from dxi.lazy import LazyModule
 from .distributed import setup as distributed
 from .errors import EXIT_FAILED_REQUESTS, UsageError
 from .outputs import history
+from .planning import paths
 from .planning.inputs import PlanInputs, inputs_of
 from .planning.plan import from_inputs, price_flags, price_of, suite_of, tolerance, with_effort
 from .planning.selection import Differs, choose
@@ -119,7 +120,7 @@ def select(inputs: PlanInputs | argparse.Namespace, mirror: Path | None = None) 
     suite = plan.suite if plan else suite_of(inputs)
     uri = inputs.cache_remote or (plan.cache_remote if plan else None)
     if not cache_dir.is_dir() and not uri:  # a remote tier is pulled into it (or into ``mirror``)
-        raise UsageError(f"no cache at {cache_dir}: run `dxi run` first, or pass --cache-dir")
+        raise paths.no_cache(cache_dir)
     remote = distributed.remote_for(uri, cache_dir, mirror)
     return Selection(plan, cache_dir, out, suite, remote, replace(inputs, cache_dir=cache_dir))
 
@@ -313,6 +314,8 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
         plan.tolerance() if plan else tolerance(selection.inputs.allow_failed)
     )
     path = None
+    # an earlier report here, which this scoring takes away (``runner.outputs.staging``)
+    stale = [] if html else [n for n in ("report.html", "tables") if (out / n).exists()]
     with Cache(selection.cache_dir, remote=selection.remote) as cache:
         to_score = models_to_score(cache, selection)
         suite = scored_suite(selection, to_score)
@@ -331,8 +334,8 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
                 batch_prices=batch_prices,
                 tolerance=allowed,
             )
-        else:
-            summary, scored = _files.score_all(
+        else:  # the report staged with summary.json and answers.parquet: put in place together
+            summary = _files.score_all(
                 cache,
                 suite,
                 to_score.frame,
@@ -344,10 +347,11 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
                 extra=extra,
                 batch_prices=batch_prices,
                 tolerance=allowed,
-            )
-            path = _report.write(
-                summary, scored, out, ranked=plan is None
-            )  # no order given: by Decision Index
+                report=lambda summary, scored, into: _report.write(
+                    summary, scored, into, ranked=plan is None
+                ),  # no order given: by Decision Index
+            ).summary
+            path = out / "report.html"
         # an adaptive run over this cache that did not finish: said once, with its command
         from .outputs.adaptive import unfinished
 
@@ -364,6 +368,11 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
             line = unsettled(summary)
             if line is not None:
                 to_score.notes.append(line)
+    if stale:
+        to_score.notes.append(
+            f"{' and '.join(str(out / n) for n in stale)} (an earlier scoring's, which "
+            "summary.json no longer matches) were removed: `dxi report` writes them for this one"
+        )
     # summary.json now holds the cache's figures; what the runs sent and spent is in
     # run-history.jsonl
     if (runs := history.note(out)) is not None:

@@ -245,14 +245,30 @@ def resume_message(stop: BaseException, cache_dir: object, grace_s: float) -> tu
     )
 
 
+def stopped_line() -> str:
+    """The line of a command a signal stopped outside a run (``dxi.__main__``): "Interrupted
+    (Ctrl-C).", then what the output folder holds when a scoring was writing to it
+    (``runner.outputs.staging.told``: this scoring's outputs, whole, or what it held before)."""
+    from .outputs import staging
+
+    told = staging.told()
+    return f"Interrupted ({describe(received())})." + (f" {told}" if told else "")
+
+
 def written(stop: BaseException, out: object) -> str:
     """What ``dxi run`` adds to its resume message (``resume_message``) on the summary.json in
     ``out`` of a run a signal stopped once drained: written (partial, marked interrupted), or why
-    not (the outputs there are then those of before, whole); "" for any other stop."""
+    not (the outputs there are then those of before, whole); for any other stop what ``out``
+    holds when the run was writing its outputs (``runner.outputs.staging.holds``), else ""."""
+    from .outputs import staging
+
     if not isinstance(stop, Interrupted) or not stop.drained or stop.counts is None:
-        return ""
+        held = staging.holds(out)
+        return f" {held}" if held else ""
     summary = f"{out}/summary.json"
-    if stop.summary is not None:
+    # written, or put in place as the second signal or the end of the grace period came (deferred
+    # until they all were: ``runner.outputs.staging``)
+    if stop.summary is not None or staging.written(out):
         if getattr(stop.summary, "complete", False):
             return f" Every answer is in: scored in {summary}, marked interrupted."
         return (

@@ -538,7 +538,9 @@ def _groups(summary: Summary, scored: Scored) -> dict[str, int]:
         if not _overlap(_unset(above.decision_index_ci), _unset(below.decision_index_ci)):
             a.append(i)
             b.append(j)
-    group = tied_groups(point, np.array(a, np.int64), np.array(b, np.int64))
+    # in rank order (``compare.ranks``: a provisional index placed by its lowest bound)
+    placed = -index["rank"].to_numpy().astype(np.float64)
+    group = tied_groups(placed, np.array(a, np.int64), np.array(b, np.int64))
     new = {label: int(g) for label, g in zip(labels, group, strict=True)}
     if all(entries[label].tied_group == g for label, g in new.items() if label in entries):
         return {}

@@ -2,8 +2,8 @@
 
 Which answers count: those with status ``ok`` whose probabilities were returned. Invalid and failed
 answers have no probability: they are left out of every calibration metric and counted
-(``excluded``); accuracy and F1 still count them as wrong. A model with no probabilities at all has
-no calibration.
+(``excluded``); accuracy and F1 count the invalid ones as wrong and leave the failed ones out (not
+answers, SPEC §6). A model with no probabilities at all has no calibration.
 
 Per answer, with ``p_k`` the probability of option ``k`` (yes/no questions: P(yes) and P(no)),
 ``p_gold`` that of the gold answer and ``confidence`` that of the answer given (``p_predicted``):

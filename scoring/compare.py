@@ -28,11 +28,9 @@ each evaluation metric (``sums.METRICS``) that both have (not null):
   several epochs) its hull with the MOVER interval of the difference
   (``simultaneous.mover_difference``, Zou & Donner 2008; the bootstrap interval alone covered an F1
   difference 0.925 of the time at 60 questions); ``interval`` names which. The Decision Index's is
-  the symmetric bootstrap interval alone, the inversion of its own test: its hull with the MOVER
-  interval of the two models' index intervals covered every time (1.000 over 200 and 150 datasets
-  of two realistic models at 50 and 200 tasks per evaluation), so wide that in 20-29% of them a
-  pair the test separated was shown with an interval holding 0; alone it covers 0.925 at 50 tasks
-  and 0.953 at 200 (``benchmarks/stats_compare.py``);
+  the symmetric bootstrap interval alone, the inversion of its own test (its hull with MOVER was
+  far too wide: ``benchmarks/stats_compare.py`` gives the figures); where the pair answered alike
+  on some evaluations, their bounds (``_terms_bound``) are square-added to its half-width;
 * ``se``: the standard deviation of the resampled difference;
 * ``p_value``, the pair's own two-sided test, ``test`` names which: for accuracy between two models
   of one epoch each, the exact McNemar test (McNemar 1947) on the discordant answers ``a_only`` (a
@@ -56,26 +54,28 @@ each evaluation metric (``sums.METRICS``) that both have (not null):
   bootstrap alone covered an F1 difference only 0.925 of the time at 60 questions: the same
   bootstrap's test rejects too often there), and accuracy's Newcombe interval is not McNemar's
   inversion; where they disagree the pair is not separated, so no claim stands beside an interval
-  holding 0 (a trial met F1 pairs marked † beside [−3.1, +53.1]), and the family-wise error rate
-  stays at most the step-down's. Every significance claim (the tied
-  groups, the rank sets, the report's and ``dxi view``'s marks, the terminal's ranking line) reads
-  this one boolean; a filter can AND another condition into it before ``ranks`` is computed again.
+  holding 0, and the family-wise error rate stays at most the step-down's. Every significance claim
+  (the tied groups, the rank sets, the report's and ``dxi view``'s marks, the terminal's ranking
+  line) reads this one boolean; a filter can AND another condition into it before ``ranks`` is
+  computed again.
 
 Ranks (by the Decision Index, among the models that have one; ``ranks``): ``rank`` = 1 + the number
-of models with a higher index; ``rank_low``/``rank_high``: its marginal 95% interval over the same
-resamples (each resample's competition rank; the percentile bounds rounded outward to whole ranks);
-``rank_set_low``/``rank_set_high``: the simultaneous rank set of Mogstad, Romano, Shaikh & Wilhelm
-(2024) from the index's ``significant`` pairs: every model's true rank lies in its set at once with
-95% confidence; ``group``: models that are statistically tied, consecutive in rank order: a model
-joins the group of the model ranked above it unless that group's first model is significantly above
-it, when it starts the next group. Groups and rank sets read the same ``significant`` pairs, so
-they agree: a model that starts a group has at least one model significantly above it, and its rank
-set starts at rank 2 or later.
+of models placed higher, each model placed by its index, a provisional one by its lowest bound (the
+worst outcome of its failed and missing answers, ``scoring.bounds``: a partial result never ranks
+above what it could turn out to be; the order of every table follows, ``Summary.order``);
+``rank_low``/``rank_high``: its marginal 95% rank set (Mogstad et al. 2024, §3.1: the max-T
+step-down over that model's pairs alone, ``marginal_rank_sets``; docs/outputs.md gives its
+coverage); ``rank_set_low``/``rank_set_high``: the simultaneous rank set of Mogstad, Romano, Shaikh
+& Wilhelm (2024) from the index's ``significant`` pairs: every model's true rank lies in its set at
+once with 95% confidence; ``group``: models that are statistically tied, consecutive in rank order:
+a model joins the group of the model ranked above it unless that group's first model is
+significantly above it, when it starts the next group. Groups and rank sets read the same
+``significant`` pairs, so they agree: a model that starts a group has at least one model
+significantly above it, and its rank set starts at rank 2 or later.
 
 A comparison that involves a provisional figure (``scoring.provisional``: answers failed or
 missing) has ``complete`` false; for accuracy its exact McNemar p is the largest any outcome of the
-open answers could give (``worst_mcnemar``), so the test's claim holds whatever they would have
-been.
+open answers could give (``worst_mcnemar``): the claim holds whatever they would have been.
 """
 
 from __future__ import annotations
@@ -87,12 +87,13 @@ from statistics import NormalDist
 import numpy as np
 import polars as pl
 
-from .bootstrap import Bootstrap, nan_quantiles
+from .bootstrap import Bootstrap
 from .decision_index import WEIGHTS, index_values
 from .intervals import SCORE_METRICS
 from .simultaneous import (
     correlation,
     identical_bound,
+    marginal_rank_sets,
     max_t,
     mcnemar_p,
     mover_difference,
@@ -116,6 +117,9 @@ IDENTICAL = "identical answers: Wilson bound of the tasks that could differ"
 IDENTICAL_INDEX = "identical answers: its terms' intervals, square-and-add over the evaluations"
 IDENTICAL_MOVER = IDENTICAL + " and MOVER hull"
 CONSTANT = "every task favours one model: Wilson bound"
+SYMMETRIC_ALIKE = (
+    "symmetric bootstrap, square-and-added with the bounds of the terms answered alike"
+)
 METHOD = {
     "adjustment": (
         "max-T step-down (Westfall & Young 1993; Romano & Wolf 2005, JASA 100:94-108) on the "
@@ -146,7 +150,8 @@ METHOD = {
         "Wilson's upper bound of the share of tasks on which the two would differ when none of "
         "the m tasks both replied to does (never zero width), hulled with MOVER as above where "
         "the metric has its own intervals; the index: its terms' half-widths weighed, added "
-        "within an evaluation and square-and-added over the evaluations",
+        "within an evaluation and square-and-added over the evaluations; for a pair alike on "
+        "some evaluations only, those evaluations' share is square-added to the bootstrap's",
     },
     "rank_set": (
         "simultaneous rank sets (Mogstad, Romano, Shaikh & Wilhelm 2024, Review of Economic "
@@ -347,6 +352,7 @@ def compare(
     discordants: dict[str, np.ndarray | None] | None = None,
     claim: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
     opens: dict[str, np.ndarray | None] | None = None,
+    place: np.ndarray | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every pair's comparisons (``COMPARISON_SCHEMA``) and every model's rank (``RANK_SCHEMA``),
     as the module docstring defines them. ``estimates`` maps evaluation -> ``sums.EvalMetrics``
@@ -358,7 +364,8 @@ def compare(
     evaluation with failed or missing answers -> ``open_pairs`` of its cube: the exact McNemar p
     of such a pair (``mcnemar_p`` and what enters ``p_adjusted``) is then the worst any outcome
     of the open answers could give (``worst_mcnemar``), while ``a_only``/``b_only`` stay the
-    counts with the open answers as not right."""
+    counts with the open answers as not right. ``place`` (labels,) is what each model is placed by
+    in ``ranks`` (default: its index)."""
     discordants, opens = discordants or {}, opens or {}
     rows: list[pl.DataFrame] = []
     n = len(labels)
@@ -414,6 +421,12 @@ def compare(
                 )
                 low[rows_] = np.fmin(low[rows_], m_low)
                 high[rows_] = np.fmax(high[rows_], m_high)
+        alike = np.zeros(len(i), bool)  # the index: terms answered alike add their bounds
+        if fig.eval is None:
+            extra = _terms_bound(halves, i, j)
+            alike = (se > 0) & (extra > 0)
+            low = np.where(alike, np.maximum(d - np.hypot(d - low, extra), -100), low)
+            high = np.where(alike, np.minimum(d + np.hypot(high - d, extra), 100), high)
         # Newcombe's interval is of the 2×2 table's difference: where a model of the pair has
         # failed or missing answers, that table counts them not right while ``d`` is over the
         # answered questions, so such a pair keeps the bootstrap interval around ``d``
@@ -449,7 +462,9 @@ def compare(
         )
         p_adjusted = np.where(paired, np.fmax(p_step, mcnemar), p_step)
         halves[(fig.eval, fig.metric)] = np.full((n, n), np.nan)
-        halves[(fig.eval, fig.metric)][i, j] = np.fmax(np.abs(low), np.abs(high))
+        halves[(fig.eval, fig.metric)][i, j] = np.where(
+            identical, np.fmax(np.abs(low), np.abs(high)), 0.0
+        )
         rows.append(
             pl.DataFrame(
                 {
@@ -461,8 +476,8 @@ def compare(
                     "low": low,
                     "high": high,
                     "interval": np.select(
-                        [tabled, identical, constant],
-                        [NEWCOMBE, identical_label, CONSTANT],
+                        [tabled, identical, constant, alike],
+                        [NEWCOMBE, identical_label, CONSTANT, SYMMETRIC_ALIKE],
                         SYMMETRIC if fig.low is None else SYMMETRIC_MOVER,
                     ).tolist()
                     if len(i)
@@ -490,7 +505,7 @@ def compare(
     if claim is not None:
         comparisons = claim(comparisons)
     return comparisons, (
-        ranks(found[0], labels, comparisons, boot.confidence)
+        ranks(found[0], labels, comparisons, boot.confidence, place)
         if found
         else pl.DataFrame(schema=RANK_SCHEMA)
     )
@@ -500,15 +515,22 @@ def _terms_bound(
     halves: dict[tuple[str | None, str], np.ndarray], i: np.ndarray, j: np.ndarray
 ) -> np.ndarray:
     """The Decision Index's half-width for pairs (``i``, ``j``) that answered alike on every task:
-    its terms' half-widths (``halves``, per metric (labels, labels)) weighed, added within an
-    evaluation (the same tasks) and square-and-added over the evaluations (independent samples of
-    tasks: MOVER's combination, Zou & Donner 2008)."""
+    its terms' half-widths (``halves``, per metric (labels, labels); 0 where no resample moves the
+    pair's difference there) weighed, added within an evaluation (the same tasks) and
+    square-and-added over the evaluations (independent samples of tasks: MOVER's combination, Zou &
+    Donner 2008). Over the evaluations a pair answered alike (every term of it unmoved: for a
+    choice evaluation its accuracy then has no discordant answer) and only those, so it is 0 for a
+    pair alike nowhere; ``compare`` square-adds it to the bootstrap's half-width, which sees no
+    spread there (``tests/test_compare.py``: two models differing on 1% of 100 tasks of every
+    evaluation, the index difference's interval covered 0.90 without, 0.965 with)."""
     parts: dict[str, np.ndarray] = {}
+    alike: dict[str, np.ndarray] = {}
     for (name, metric), weight in WEIGHTS.items():
         half = halves.get((name, metric))
         term = weight * (half[i, j] if half is not None else np.full(len(i), np.nan))
         parts[name] = parts.get(name, 0.0) + term
-    return np.sqrt(sum(part**2 for part in parts.values()))
+        alike[name] = alike.get(name, True) & ~(term == 0)
+    return np.sqrt(sum(np.where(alike[name], part, 0.0) ** 2 for name, part in parts.items()))
 
 
 def _where(keep: np.ndarray, counts: np.ndarray) -> pl.Series:
@@ -537,34 +559,33 @@ def tied_groups(point: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def ranks(
-    index: Figure, labels: list[str], comparisons: pl.DataFrame, confidence: float
+    index: Figure,
+    labels: list[str],
+    comparisons: pl.DataFrame,
+    confidence: float,
+    place: np.ndarray | None = None,
 ) -> pl.DataFrame:
     """``RANK_SCHEMA`` rows for the models with an index (in ``labels`` order), from its point
     values, replicates and the ``significant`` column of the index's rows of ``comparisons``
     (``compare``'s table, or that table after a filter has ANDed a condition into
-    ``significant``)."""
+    ``significant``). ``rank`` and the tied groups' order place each model by ``place`` (labels,):
+    its index, a provisional one's lowest bound (``scoring.scored``; default: the index); the rank
+    sets read the point values' directions of the pairs claimed."""
     ranked = np.flatnonzero(~np.isnan(index.point))
     if len(ranked) == 0:
         return pl.DataFrame(schema=RANK_SCHEMA)
-    alpha = 1 - confidence
     point = index.point[ranked]
-    rank = 1 + (point[None, :] > point[:, None]).sum(1)
-    reps = index.replicates[:, ranked]
-    per_resample = np.empty(reps.shape)
-    for start in range(0, reps.shape[0], 64):  # (64, models, models) comparisons at a time
-        r = reps[start : start + 64]
-        per_resample[start : start + 64] = 1 + (r[:, None, :] > r[:, :, None]).sum(2)
-    per_resample[np.isnan(reps)] = np.nan
-    low, high = nan_quantiles(per_resample, (alpha / 2, 1 - alpha / 2))
-    low = np.where(np.isnan(low), rank, np.floor(low)).astype(np.int64)
-    high = np.where(np.isnan(high), rank, np.ceil(high)).astype(np.int64)
+    placed = point if place is None else np.asarray(place, np.float64)[ranked]
+    rank = 1 + (placed[None, :] > placed[:, None]).sum(1)
+    sign_test = min(1.0, 2.0 * 0.5**index.tasks) if index.tasks > 0 else 1.0
+    low, high = marginal_rank_sets(point, index.replicates[:, ranked], confidence, sign_test)
     place = {labels[x]: k for k, x in enumerate(ranked)}  # label -> position among the ranked
     pairs = comparisons.filter(pl.col("metric") == INDEX).select("a", "b", "significant")
     a = np.array([place.get(x, -1) for x in pairs["a"].to_list()], np.int64)
     b = np.array([place.get(x, -1) for x in pairs["b"].to_list()], np.int64)
     sig = pairs["significant"].fill_null(False).to_numpy().astype(bool) & (a >= 0) & (b >= 0)
     set_low, set_high = rank_sets(point, a, b, sig)
-    group = tied_groups(point, a[sig], b[sig])
+    group = tied_groups(placed, a[sig], b[sig])
     return pl.DataFrame(
         {
             "label": [labels[x] for x in ranked],

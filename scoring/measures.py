@@ -25,8 +25,9 @@ for deep neural classifiers", ICLR). The answers counted are those with status `
 confidence: the probability the model gave the answer it picked (``p_predicted``: a decision model's
 or a logprob model's probability of the option scored; for a yes/no question max(P(yes), 1 −
 P(yes))). Invalid, failed and missing answers have none and are counted in ``excluded`` (accuracy
-still scores them wrong). Epochs are pooled. A language model with structured outputs names an
-answer and gives no probability: it has no curve (null with the reason); none is invented.
+scores the invalid ones wrong and leaves the failed and missing ones out). Epochs are pooled. A
+language model with structured outputs names an answer and gives no probability: it has no curve
+(null with the reason); none is invented.
 
 With the n answers sorted by confidence, highest first, the model answering only its k most
 confident ones covers k/n of them with risk(k) = errors among them / k. Answers of equal confidence

@@ -42,8 +42,11 @@ def missing_reason(
     name: str = "",
     other: int = 0,
     recorded: bool = False,
+    tasks: int | None = None,
 ) -> str:
-    """Why ``missing`` answers are not in the cache, and what to do: ``other`` of them are replies
+    """Why ``missing`` answers (of ``tasks`` tasks, said where the two differ: a WildGuardTest
+    task's request holds up to three answers, a task of several epochs one per epoch; None: as
+    many as answers) are not in the cache, and what to do: ``other`` of them are replies
     another model gave, set aside (``scoring.replies``' ``answered_by_other``); those whose request
     the cache set aside as damaged (``damaged``: not scored, and the next run requests them again);
     when the model's recorded runs (``data["runs"]``, ``runner.planning.selection``) selected other
@@ -57,12 +60,13 @@ def missing_reason(
         )
         if other >= missing:
             return said
-        rest = missing_reason(missing - other, data, label, damaged, name, 0, recorded)
+        rest = missing_reason(missing - other, data, label, damaged, name, 0, recorded, tasks)
         return f"{said}; {rest}"
     scored = selection_flags(data)
     damaged = damaged or Damaged()
     aside = damaged.counts.get((label, name), 0)
-    head = f"{missing} answer(s) not in the cache: "
+    of = "" if tasks is None or tasks == missing else f", of {tasks} task(s),"
+    head = f"{missing} answer(s){of} not in the cache: "
     if aside:
         told = (
             f"set aside as damaged (the cache found their rows unreadable and {damaged.where}): "

@@ -145,6 +145,25 @@ class ModelEntry(msgspec.Struct, kw_only=True, omit_defaults=True):
     measures: dict[str, Any] | UnsetType = UNSET
     adaptive: dict[str, Any] | UnsetType = UNSET
 
+    def placing(self) -> tuple:
+        """This model's place in the order by Decision Index, as a sort key (first first): by its
+        ``rank`` (``scoring.compare.ranks``, which places a provisional index by its lowest bound:
+        a partial result never stands above what it could turn out to be), a complete index before
+        a provisional one of the same rank, then by name; models without an index last. A summary
+        without ranks (written without comparisons) is placed by the same rule, read from the
+        index and its bounds."""
+        index, rank = self.decision_index, unset(self.rank)
+        bounds = unset(self.decision_index_bounds)
+        value = bounds[0] if bounds and not self.complete else index
+        return (
+            index is None,
+            rank is None,
+            rank or 0,
+            -(value or 0.0),
+            not self.complete,
+            self.model,
+        )
+
 
 class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One entry of ``Summary.comparisons`` (``scoring.summary.comparisons``): models ``a`` and
@@ -235,12 +254,12 @@ class Summary(msgspec.Struct, kw_only=True, omit_defaults=True):
     def order(self, ranked: bool = False) -> list[str]:
         """The one order of models in every table and chart (the terminal's, the report's and its
         tables'): the summary's (the run file's or the ``--model`` flags') unless ``ranked`` (no
-        order was given), else by Decision Index, highest first (models without an index last, then
-        by name)."""
+        order was given), else by Decision Index, highest first, a provisional index placed by its
+        lowest bound (``ModelEntry.placing``: by rank; models without an index last, then by
+        name)."""
         if not ranked:
             return self.labels
-        index = {m.model: m.decision_index for m in self.models}
-        return sorted(self.labels, key=lambda lb: (index[lb] is None, -(index[lb] or 0.0), lb))
+        return [m.model for m in sorted(self.models, key=ModelEntry.placing)]
 
     def ordered(self, ranked: bool = False) -> Summary:
         """This summary with its models in ``order(ranked)`` (itself when that is its order)."""

@@ -209,11 +209,16 @@ class Scorer:
 
     def _claim(
         self,
-    ) -> tuple[Callable[[pl.DataFrame], pl.DataFrame], Callable[[pl.DataFrame], pl.DataFrame]]:
-        """The rule for provisional figures (SPEC §6, ``scoring.bounds``) as two steps: on
+    ) -> tuple[
+        Callable[[pl.DataFrame], pl.DataFrame], Callable[[pl.DataFrame], pl.DataFrame], np.ndarray
+    ]:
+        """The rule for provisional figures (SPEC §6, ``scoring.bounds``) as three parts: on
         ``compare``'s comparisons, ``settled`` added and a difference the failed and missing
         answers could overturn made not significant (so the tied groups and rank sets never
-        claim it); on its ranks, the rank intervals widened to every rank the bounds allow."""
+        claim it); on its ranks, the rank intervals widened to every rank the bounds allow; and
+        what each model is placed by in the ranks (``compare.ranks``): its index's lowest bound,
+        a complete index's being its value, so a partial result never ranks above what it could
+        turn out to be."""
         index = index_values(self.estimates, self.labels)
         point = np.where([bool(u) for u in index.unavailable], np.nan, index.point)
         figures = figure_bounds(self.estimates, (point, index.lowest, index.highest))
@@ -225,7 +230,7 @@ class Scorer:
         def ranks(table: pl.DataFrame) -> pl.DataFrame:
             return settle_ranks(table, self.labels, figures[(None, "decision_index")])
 
-        return comparisons, ranks
+        return comparisons, ranks, figures[(None, "decision_index")][0]
 
     def result(
         self, answers: pl.DataFrame | None = None, comparisons: bool = False, **tables: pl.DataFrame
@@ -239,9 +244,15 @@ class Scorer:
         index = index_table(self.estimates, self.labels, self.bootstrap)
         pairs = pl.DataFrame(schema=COMPARISON_SCHEMA)
         if comparisons and self.bootstrap is not None:
-            claim, widen = self._claim()
+            claim, widen, place = self._claim()
             pairs, ranks = compare(
-                self.estimates, self.labels, self.bootstrap, self.discordants, claim, self.opens
+                self.estimates,
+                self.labels,
+                self.bootstrap,
+                self.discordants,
+                claim,
+                self.opens,
+                place,
             )
             ranks = widen(ranks)
             index = index.with_columns(pl.col("label").cast(pl.String)).join(

@@ -146,7 +146,7 @@ def eval_block(
         if aside:  # of them, those whose request the cache set aside as damaged
             block["set_aside"] = aside
         block["reason"] = missing_reason(
-            row["missing"], data, label, damaged, name, other, recorded
+            row["missing"], data, label, damaged, name, other, recorded, row.get("missing_tasks")
         )
     if row.get(
         "reason"
@@ -504,11 +504,9 @@ def comparisons(table: pl.DataFrame, labels: list[str] | None = None) -> list[Co
 
 def ranking(models: list[ModelEntry]) -> Ranking:
     """summary.json's ``ranking``: the models by Decision Index in groups that are statistically
-    tied (``scoring.compare``: each group's models in rank order; models without an index are left
-    out)."""
-    ranked = sorted(
-        (m for m in models if unset(m.rank) is not None), key=lambda m: (m.rank, m.model)
-    )
+    tied (``scoring.compare``: each group's models in rank order, ``ModelEntry.placing``, a
+    provisional index placed by its lowest bound; models without an index are left out)."""
+    ranked = sorted((m for m in models if unset(m.rank) is not None), key=ModelEntry.placing)
     groups: dict[int, list[str]] = {}
     for m in ranked:
         groups.setdefault(m.tied_group, []).append(m.model)
@@ -517,7 +515,8 @@ def ranking(models: list[ModelEntry]) -> Ranking:
         groups=[groups[g] for g in sorted(groups)],
         method=(
             "rank: 1 + the models with a higher index; rank_ci: its marginal "
-            "95% interval over the bootstrap resamples; rank_set: the simultaneous "
+            "95% rank set (Mogstad, Romano, Shaikh & Wilhelm 2024, §3.1: the max-T "
+            "step-down over that model's pairs alone); rank_set: the simultaneous "
             "95% rank set (Mogstad, Romano, Shaikh & Wilhelm 2024); groups: "
             "consecutive in rank order, a model joins the group above unless that "
             "group's first is significantly higher (the comparisons' significant: "
@@ -525,5 +524,11 @@ def ranking(models: list[ModelEntry]) -> Ranking:
             "provisional, only a difference its failed and missing answers could not "
             "overturn is significant, and rank_ci and rank_set cover every rank its "
             "bounds allow"
+            + (
+                "; a provisional index is placed, and its rank counted, by its lowest bound "
+                "(the worst outcome of its failed and missing answers), not its point value"
+                if any(not m.complete for m in ranked)
+                else ""
+            )
         ),
     )

@@ -180,6 +180,15 @@ class Cube:
         out[self.l, self.t] = True
         return (out if tasks is None else out[:, tasks]).sum(1)
 
+    def missing_tasks(self, tasks: np.ndarray | None = None) -> np.ndarray:
+        """(labels,) the tasks (of ``tasks``, else all) with an answer of the label missing from the
+        cache in some epoch: the unit the other counts of a task are in (a WildGuardTest task's one
+        request holds up to three answers, all missing together)."""
+        out = np.zeros((len(self.labels), self.n_tasks), bool)
+        r = self.stat("missing") > 0
+        out[self.l[r], self.t[r]] = True
+        return (out if tasks is None else out[:, tasks]).sum(1)
+
     def replied_tasks(self, tasks: np.ndarray | None = None) -> np.ndarray:
         """(labels,) the tasks (of ``tasks``, else all) each label has a reply to: the *n* of an
         interval over the answered questions (a provisional figure's, SPEC §6)."""
@@ -438,9 +447,9 @@ def values(cube: Cube, sums: Sums) -> dict[str, np.ndarray]:
         if cube.kind == "choice":
             n, right = _pooled(sums["n"]), _pooled(sums["correct"])
             out["accuracy"] = accuracy_from(right, n)
-            if cube.eval == OMNISCIENCE:
+            if cube.eval == OMNISCIENCE:  # NaN, as accuracy, where no answer is a reply
                 out["non_hallucination_rate"] = non_hallucination_from(
-                    *hallucination_counts(lambda stat: _pooled(sums[stat]))
+                    *hallucination_counts(lambda stat: _pooled(sums[stat])), n
                 )
         else:
             f1 = f1_from(_f64(sums["tp"]), _f64(sums["fp"]), _f64(sums["fn"]))  # (..., units)
@@ -523,6 +532,13 @@ def unit_calibration(sums: Sums) -> dict[str, np.ndarray]:
         }
 
 
+def replied_epochs(sums: Sums) -> np.ndarray:
+    """(labels,) the epochs in which each label has a reply in ``sums`` (at least 1): what an
+    interval's counts are averaged over. An epoch whose every answer failed or is missing has no
+    figure (``values``), so it has no share of the interval's *n* either (counted, it halved n)."""
+    return np.maximum((_pooled(sums["n"]) > 0).sum(-1), 1)
+
+
 def epoch_mean(v: np.ndarray) -> np.ndarray:
     """Mean over the last (epochs) axis, ignoring epochs where the metric is undefined."""
     if v.shape[-1] == 1:
@@ -551,7 +567,8 @@ class EvalMetrics:
     metrics); ``replied`` (labels,) the tasks each label has a reply to; ``lowest``/``highest`` map
     metric -> (labels,), a provisional figure's bounds (``scoring.bounds``; NaN for a complete
     one); ``asked`` (labels,) the tasks each label has answer rows for (``Cube.asked_tasks``: its
-    table's ``n``; below ``n`` for a model an adaptive run cut to the part it was asked)."""
+    table's ``n``; below ``n`` for a model an adaptive run cut to the part it was asked);
+    ``missing_tasks`` (labels,) the tasks with a missing answer (``Cube.missing_tasks``)."""
 
     point: dict[str, np.ndarray]
     sd: dict[str, np.ndarray]
@@ -566,13 +583,14 @@ class EvalMetrics:
     no_reply: np.ndarray | None = None
     replied: np.ndarray | None = None
     asked: np.ndarray | None = None
+    missing_tasks: np.ndarray | None = None
     lowest: dict[str, np.ndarray] = field(default_factory=dict)
     highest: dict[str, np.ndarray] = field(default_factory=dict)
 
     def unscored(self) -> np.ndarray:
         """Labels whose metrics are null: no answer of theirs is a reply (every one failed or is
-        missing). A label with some replies is scored, its failed and missing answers as not correct
-        (provisional)."""
+        missing). A label with some replies is scored over them, its failed and missing answers left
+        out (provisional, with bounds: ``eval_bounds``)."""
         return self.no_reply if self.no_reply is not None else np.zeros(len(self.answered), bool)
 
     def reason(self) -> list[str | None]:
@@ -621,6 +639,7 @@ def eval_metrics(
         no_reply=no_reply,
         replied=cube.replied_tasks(tasks),
         asked=cube.asked_tasks(tasks),
+        missing_tasks=cube.missing_tasks(tasks),
     )
     est.lowest, est.highest = eval_bounds(cube, sums)
     if boot is not None and weights is not None:
@@ -636,7 +655,8 @@ def eval_metrics(
 def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float) -> None:
     """Set ``est.low``/``est.high`` (0-100, (labels,)) of the metrics of ``intervals.SCORE_METRICS``
     from the counts in ``sums`` (``Cube.sums``: of all ``cube``'s tasks or a group's), each count
-    the mean over the epochs a label has (``scoring.intervals`` gives the methods and sources):
+    the mean over the epochs in which a label has a reply (``replied_epochs``; ``scoring.intervals``
+    gives the methods and sources):
     accuracy and the non-hallucination rate the continuity-corrected Wilson interval of correct / n
     and of (not correct − hallucinated) / not correct, each F1 the same interval of TP / (TP + FP +
     FN) mapped to 2θ / (1 + θ), mean F1 the MOVER combination of the defined F1 scores taken as
@@ -644,7 +664,7 @@ def score_intervals(cube: Cube, est: EvalMetrics, sums: Sums, confidence: float)
     correlation estimated from a few errors near 100 made the interval too short: coverage 0.92 at a
     true 99.5 over 60 rows, ``benchmarks/bench_stats_intervals.py``). Every interval is bounded by
     ``intervals.contain`` to hold its point."""
-    epochs = np.maximum((~cube.absent).sum(-1), 1)  # (labels,)
+    epochs = replied_epochs(sums)  # (labels,)
 
     def mean(stat: str) -> np.ndarray:  # (labels, units): the count per epoch
         return _f64(sums[stat]).sum(axis=1) / epochs[:, None]
@@ -707,6 +727,7 @@ def calibration_intervals(
 def _frame(cube: Cube, est: EvalMetrics) -> pl.DataFrame:
     """Rows per label with answers: n tasks, ``answers`` expected (questions × epochs),
     ``replied`` tasks (with a reply in some epoch: ``Cube.replied_tasks``), counts,
+    ``missing_tasks`` (the tasks with a missing answer: ``Cube.missing_tasks``),
     epochs, metrics (NaN -> null; all null when no answer is a reply, ``reason`` then saying why),
     their sd and interval."""
     unscored = est.unscored()
@@ -727,6 +748,9 @@ def _frame(cube: Cube, est: EvalMetrics) -> pl.DataFrame:
     }
     for c, name in enumerate(COUNTS):
         columns[name] = est.counts[:, c].astype(np.int64)
+    columns["missing_tasks"] = (
+        est.counts[:, COUNTS.index("missing")] if est.missing_tasks is None else est.missing_tasks
+    ).astype(np.int64)
     columns["epochs"] = (~cube.absent).sum(-1).astype(np.int64)
     for m in (*METRICS.get(cube.eval, ()), *cal.CALIBRATION_METRICS):
         for suffix, source in zip(SUFFIXES, (est.point, est.sd, est.low, est.high), strict=True):
@@ -751,6 +775,7 @@ def _table(frames: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
         "answers",
         "replied",
         *COUNTS,
+        "missing_tasks",
         "epochs",
         *[m + s for m in TABLE_METRICS for s in SUFFIXES],
         *[m + s for m in ALL_METRICS for s in BOUND_SUFFIXES],
@@ -837,7 +862,7 @@ def calibration_table(
         }
         if cube.kind == "yes_no":
             per_epoch = unit_calibration(sums)  # (labels, epochs, units)
-            epochs = np.maximum((~cube.absent).sum(-1), 1)  # (labels,)
+            epochs = replied_epochs(sums)  # (labels,)
             for k, unit in enumerate(cube.units):
                 point = {m: epoch_mean(v[..., k]) for m, v in per_epoch.items()}
                 sd = {m: epoch_sd(v[..., k]) for m, v in per_epoch.items()}

@@ -527,6 +527,49 @@ def test_dxi_view_says_a_question_beyond_the_asked_part_was_not_asked(
     assert "not asked" not in inside and "not in the cache (missing)" not in inside
 
 
+def test_dxi_view_lists_a_question_no_model_was_asked_as_not_asked_by_every_model(
+    data: Path, server, tmp_path: Path
+):
+    """``precision=20``: the models stop after 7, 20 and 15 of the 40 tasks of each evaluation
+    (one question each), so the last 20 of the run's order were asked by none. The evaluation page
+    lists all 40 (not the 20 some model was asked), those 20 ``not asked`` for every model; each
+    model's ``not asked`` filter keeps 40 - its part (33, 20, 25), none is missing."""
+    from dxi.runner import rescore
+    from dxi.runner.planning.inputs import PlanInputs
+    from dxi.view.data import EvalQuery
+    from dxi.view.home import private_home
+
+    cache = tmp_path / "cache"
+    assert dxi_run(server.url, data, cache, tmp_path / "out", *UNTIL, models=THREE) == 0
+    order = orjson.loads(Path(summary(tmp_path / "out")["adaptive"]["order"]).read_bytes())
+    never = set(order["evals"]["hle_multichoice"][20:])
+    browser, _ = rescore.browse(
+        rescore.select(PlanInputs(data_dir=data, cache_dir=cache)), private_home()
+    )
+    browser.source.owns_home = True
+    try:
+
+        def listed(**q) -> list[dict]:
+            page = browser.evaluation("hle_multichoice", EvalQuery(**q))
+            assert page.pages == 1
+            return page.rows
+
+        tasks = {t.id: t for t in Suite(discover(data)).tasks("hle_multichoice")}
+        rows = listed()
+        assert len(rows) == 40 and len(never) == 20
+        assert {r["task_id"] for r in rows if r["task_id"] in never} == never
+        for r in rows:
+            assert r["gold"] == tasks[r["task_id"]].gold[r["question_id"]]
+            if r["task_id"] in never:
+                assert [c["status"] for c in r["models"]] == ["not asked"] * 3
+                assert [c["correct"] for c in r["models"]] == [None] * 3
+        assert len(listed(status="not asked")) == 33  # any model's: m00 asked 7
+        assert [len(listed(model=m, status="not asked")) for m in STOPPED_AT] == [33, 20, 25]
+        assert listed(status="missing") == []
+    finally:
+        browser.close()
+
+
 def test_pairs_compare_only_the_questions_both_models_were_asked(
     data: Path, server, tmp_path: Path
 ):

@@ -408,7 +408,7 @@ def test_a_run_without_batch_collects_open_batches_instead_of_sending_them_again
     collects it."""
     with serve(model=None, record=False, batch={"polls": 2}) as server:
         cache = tmp_path / "cache"
-        assert main(["batches", "list", "--cache-dir", str(cache)]) == 0  # none yet
+        assert main(["batches", "list", "--cache-dir", str(cache)]) == 2  # no cache yet
         assert run("openai", server.url, data_dir, tmp_path, deadline=iso_in(100000), limit=1) == 0
         assert (
             run("openai", server.url, data_dir, tmp_path, batch=False) == 0

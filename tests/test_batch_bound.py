@@ -48,6 +48,7 @@ def run_file(tmp: Path, models: dict[str, tuple[str, dict]]) -> Path:
             "params = { max_completion_tokens = 5 }",
             f"price = {{ input = {price['input']}, output = {price['output']} }}",
         ]
+    lines += ["[evals]", 'select = ["when2call"]']  # the synthetic data: When2Call only
     path = tmp / "run.toml"
     path.write_text("\n".join(lines) + "\n")
     return path

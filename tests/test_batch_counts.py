@@ -35,6 +35,8 @@ def dxi_run(tmp: Path, url: str, *flags: str) -> tuple[int, str]:
             "run",
             "--data-dir",
             str(tmp / "data"),
+            "--evals",
+            "when2call",  # the synthetic data: When2Call only
             "--cache-dir",
             str(tmp / "cache"),
             "--out",
@@ -149,6 +151,8 @@ def test_a_stopped_batch_run_counts_the_requests_not_in_a_batch_not_sent(tmp_pat
             "run",
             "--data-dir",
             str(tmp_path / "data"),
+            "--evals",
+            "when2call",  # the synthetic data: When2Call only
             "--cache-dir",
             str(tmp_path / "cache"),
             "--out",
@@ -269,7 +273,7 @@ def test_a_batch_left_open_by_ctrl_c_is_committed_by_its_run_and_costed_once_by_
         cmd = [DXI, "run", "--data-dir", str(tmp_path / "data"), "--cache-dir"]
         cmd += [str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
         cmd += ["--model", f"openai:m@{server.url}/v1", "--param", "max_completion_tokens=1000"]
-        cmd += ["--price", PRICE, "--batch", "--poll", "0.05", *args]
+        cmd += ["--price", PRICE, "--batch", "--poll", "0.05", "--evals", "when2call", *args]
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
             give_up = time.monotonic() + 60
             while server.stats()["batch_creates"] < 1 and time.monotonic() < give_up:
@@ -532,6 +536,8 @@ provider = "p"
 model = "m"
 params = {{ max_completion_tokens = 1000 }}
 price = {{ input = 0.0, output = 400000.0, batch_input = 0.0, batch_output = 100000.0 }}
+[evals]
+select = ["when2call"]
 """
         )
         done = subprocess.run(
@@ -588,6 +594,8 @@ def test_a_stop_while_a_batch_is_submitted_counts_its_requests(tmp_path: Path, s
             "run",
             "--data-dir",
             str(tmp_path / "data"),
+            "--evals",
+            "when2call",  # the synthetic data: When2Call only
             "--cache-dir",
             str(tmp_path / "cache"),
             "--out",

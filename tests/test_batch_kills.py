@@ -29,6 +29,7 @@ from dxi.runner.cli import main
 from .fakes.fake_provider import serve
 from .helpers import events
 from .helpers.batches import URLS, command, same_answers
+from .helpers.runs import select_flags
 from .helpers.synthetic import data_dir as synthetic_data
 
 pytestmark = pytest.mark.process
@@ -50,6 +51,7 @@ def reference(kind: str, data: Path, tmp: Path) -> dict:
                         f"{kind}:m@{URLS[kind].format(server.url)}",
                         "--data-dir",
                         str(data),
+                        *select_flags(data),  # what the data holds (the synthetic: When2Call)
                         "--cache-dir",
                         str(tmp / "ref-cache"),
                         "--out",
@@ -138,6 +140,42 @@ def test_kill_9_right_after_a_step_then_rerun(
         "append"
     ):  # the first half's 6 rows, appended before the kill, are skipped when read again
         assert rows_at_kill == 6 and entries[0].stored == 6
+
+
+def test_a_batch_a_killed_run_stored_whole_is_said_to_be_in_the_cache_not_0_stored(
+    tmp_path: Path,
+):
+    """Two batches of 16; the run killed right after it stored the first one's 16 results, before
+    the ledger's record. The rerun reads that batch's results again and stores none of them: its
+    line says they are in the cache already (it said "collected: 0 stored", as if none arrived),
+    then it collects the other batch; each request submitted and stored once."""
+    data = synthetic_data(tmp_path / "data", 32, seed=5)
+    with serve(model=None, record=False, batch={"polls": 1}) as server:
+        size = ("--batch-size", "16")
+        killed = subprocess.run(
+            command("openai", server.url, data, tmp_path, *size),
+            env=dict(os.environ, DXI_FAILPOINT="append:16"),
+            timeout=300,
+        )
+        assert killed.returncode == -signal.SIGKILL
+        assert Cache(tmp_path / "cache").scan().collect().height == 16
+        rerun = subprocess.run(
+            command("openai", server.url, data, tmp_path, *size, quiet=False),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        stats = server.stats()
+    assert rerun.returncode == 0, rerun.stdout[-2000:]
+    said = [
+        line.split(" collected: ")[1]
+        for line in rerun.stdout.splitlines()
+        if " collected: " in line
+    ]
+    assert said == ["0 stored, 16 already in the cache (not stored again)", "16 stored"]
+    assert (stats["batch_keys"], stats["batch_resubmitted"]) == (32, 0)
+    rows = Cache(tmp_path / "cache").scan().select("key").collect()
+    assert rows.height == rows["key"].n_unique() == 32
 
 
 @pytest.mark.parametrize("step", ["upload", "poll", "download"])

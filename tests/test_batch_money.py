@@ -663,6 +663,7 @@ def test_a_full_disk_after_a_batch_is_created_records_it_sent_and_its_reservatio
         args = ["--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "cache")]
         args += ["--out", str(tmp_path / "out"), "--model", f"openai:m@{server.url}/v1"]
         args += ["--param", "max_completion_tokens=1000", "--price", "openai:m=0/400000"]
+        args += ["--evals", "when2call"]  # the synthetic data: When2Call only
         code = main(["run", *args, "--batch", *POLL, "--max-cost", "5000", "-q"])
         assert server.stats()["batch_creates"] == 1
     assert code == 4

@@ -51,6 +51,8 @@ def scored(tmp_path_factory) -> Path:
         "embedded",
         "--data-dir",
         "data",
+        "--evals",
+        "when2call",  # the synthetic data: When2Call only
         "--cache-dir",
         "cache",
         "--out",
@@ -135,6 +137,8 @@ def test_run_out_that_cannot_be_written_stops_before_the_first_request(
         "embedded",
         "--data-dir",
         "data",
+        "--evals",
+        "when2call",  # the synthetic data: When2Call only
         "--cache-dir",
         "cache",
         "--out",
@@ -176,6 +180,8 @@ def test_run_cache_that_cannot_be_written_stops_before_the_first_request(
         "embedded",
         "--data-dir",
         "data",
+        "--evals",
+        "when2call",  # the synthetic data: When2Call only
         "--cache-dir",
         cache,
         "--out",
@@ -191,6 +197,7 @@ def test_a_run_files_paths_are_named_as_the_run_file_gives_them(tmp_path: Path):
     (tmp_path / "README.md").write_text("a file\n")
     (tmp_path / "run.toml").write_text(
         'data_dir = "data"\nout = "README.md/out"\n\n[[models]]\nprovider = "embedded"\n'
+        '[evals]\nselect = ["when2call"]\n'
     )
     done = dxi("run", "run.toml", "--cache-dir", "cache", cwd=tmp_path)
     one_error_line(
@@ -263,7 +270,16 @@ def test_estimate_of_a_cache_it_cannot_create(
     so."""
     cache = place(kind, tmp_path, read_only)
     done = dxi(
-        "estimate", "--model", "embedded", "--data-dir", "data", "--cache-dir", cache, cwd=scored
+        "estimate",
+        "--model",
+        "embedded",
+        "--data-dir",
+        "data",
+        "--evals",
+        "when2call",
+        "--cache-dir",
+        cache,
+        cwd=scored,
     )
     one_error_line(done, code, f"--cache-dir {cache}: ")
 
@@ -271,7 +287,7 @@ def test_estimate_of_a_cache_it_cannot_create(
 @pytest.mark.parametrize(
     "args",
     [
-        ["estimate", "--model", "embedded", "--data-dir", "data"],
+        ["estimate", "--model", "embedded", "--data-dir", "data", "--evals", "when2call"],
         ["batches", "list"],
         ["batches", "cancel", "--all"],
         ["score", "--data-dir", "data"],

@@ -234,6 +234,53 @@ def test_batches_list_of_a_cache_without_batches_is_one_line(
     assert capsys.readouterr() == ("[]\n", "")
 
 
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["list"],
+        ["list", "--all", "--json"],
+        ["cancel", "--all"],
+        ["resume", "--all"],
+        ["collect", "--model", "embedded"],
+    ],
+    ids=["list", "list-json", "cancel", "resume", "collect"],
+)
+def test_batches_of_a_cache_folder_that_is_not_there_is_a_usage_error_naming_it(
+    tmp_path: Path, words: list[str], capsys
+):
+    """As ``dxi score`` (``rescore.select``): exit code 2, one line naming the folder; nothing
+    created (a mistyped --cache-dir must not read as "no open batches")."""
+    cache = tmp_path / "nowhere"
+    assert main(["batches", *words, "--cache-dir", str(cache)]) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"dxi batches {words[0]}: error: no cache at {cache}: run `dxi run` first, or pass "
+        "--cache-dir\n",
+    )
+    assert not cache.exists()
+
+
+def test_batches_list_json_has_the_keys_docs_batch_md_lists(tmp_path: Path, capsys):
+    """One entry recorded (its intent): ``--json`` prints it with exactly the keys the docs name."""
+    import re
+
+    from dxi.cache.ledger import Ledger
+
+    cache = tmp_path / "cache"
+    Ledger(cache).intent("dxi-1", ["k1", "k2"], label="openai:m", kind="openai", requests=2)
+    assert main(["batches", "list", "--cache-dir", str(cache), "--json"]) == 0
+    (entry,) = orjson.loads(capsys.readouterr().out)
+    text = " ".join((Path(__file__).parents[1] / "docs" / "batch.md").read_text().split())
+    listed = text.split("With `--json`, a JSON list of the same entries")[1].split("; times in")[0]
+    assert list(entry) == re.findall(r"`(\w+)`", listed)
+    assert (entry["id"], entry["requests"], entry["phase"], entry["running_s"]) == (
+        "dxi-1",
+        2,
+        "intent",
+        None,
+    )
+
+
 def test_a_commands_own_check_of_its_flags_is_worded_as_the_parsers(tmp_path: Path, capsys):
     """A usage error found once the flags are parsed (``UsageError``) names the command too."""
     assert main(["plan", "--model", "embedded", "--cache-dir", str(tmp_path)]) == 2
@@ -628,6 +675,7 @@ def test_export_with_a_run_file_before_the_flags_in_a_real_dxi(tmp_path: Path):
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "two.toml").write_text(
         'data_dir = "../data"\ncache_dir = "../cache"\n\n[[models]]\nprovider = "embedded"\n'
+        '[evals]\nselect = ["when2call"]\n'  # the synthetic data: When2Call only
     )
     done = subprocess.run(
         [DXI, "run", "runs/two.toml", "-q"],
@@ -798,3 +846,41 @@ def test_plan_help_lists_no_sending_option_and_refuses_one(capsys):
         "dxi plan: error: --max-in-flight is not an option of dxi plan (dxi run and dxi estimate "
         "take it)\nrun 'dxi plan --help' for the options\n",
     )
+
+
+@pytest.mark.parametrize("command", ["run", "estimate"])
+def test_a_selected_evaluation_without_data_is_refused_before_anything_is_sent(
+    command: str, data_dir: Path, tmp_path: Path, capsys
+):
+    """A data folder without the AA-Omniscience-Decision file: `dxi run` selects all four by
+    default, so it is refused (exit 2) naming the evaluation, the file looked for and the folder,
+    and the --evals that runs the others; no cache, no summary.json (it wrote one marked complete
+    and accepted, exit 0, with the index "not computed"). `dxi estimate` refuses as `dxi run`
+    would."""
+    shutil.rmtree(data_dir / "omniscience-standin")
+    folders = ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
+    argv = [command, "--model", "embedded", "--data-dir", str(data_dir), *folders]
+    assert main(argv if command == "run" else argv[:-2]) == EXIT_USAGE
+    assert capsys.readouterr().err == (
+        f"dxi {command}: error: no data for aa_omniscience_decision, which the run selects: no "
+        f"AA-Omniscience-Decision file under {data_dir} (looked for omniscience*/*.jsonl, "
+        "*omniscience*.jsonl, aa_omniscience*/*.jsonl). Nothing was sent (the Decision Index needs "
+        "all four evaluations). Put the file there or name it (--data-dir DIR; --omniscience, "
+        "--hle, --when2call or --wildguardtest FILE; `dxi data check` lists what is found); to run "
+        "the others alone: --evals hle_multichoice,when2call,wildguardtest\n"
+    )
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_evaluations_a_folder_holds_run_when_selected(data_dir: Path, tmp_path: Path, capsys):
+    """The folder of the test above, the three others selected with --evals: the run goes on,
+    exit 0, its summary of those three (the index not computed: it needs all four)."""
+    shutil.rmtree(data_dir / "omniscience-standin")
+    folders = ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
+    argv = ["run", "--model", "embedded", "--data-dir", str(data_dir), *folders, "-q"]
+    assert main([*argv, "--evals", "hle_multichoice,when2call,wildguardtest"]) == 0
+    summary = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())
+    assert (summary["complete"], summary["accepted"]) == (True, True)
+    assert summary["data"]["aa_omniscience_decision"] == {"missing": "not selected (--evals)"}
+    assert [m["evals"]["when2call"]["n"] for m in summary["models"]] == [3]

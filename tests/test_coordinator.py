@@ -334,6 +334,7 @@ async def test_two_dxi_runs_stop_at_one_global_cost_bound(redis_url: str, tmp_pa
         runs.write_text(
             f'data_dir = "{data}"\n[providers.fake]\nkind = "systemone"\nbase_url = "{server.url}"\n'
             '[[models]]\nprovider = "fake"\nmodel = "fake"\nprice = { input = 1000.0, output = 0.0 }\n'
+            '[evals]\nselect = ["when2call"]\n'  # the synthetic data: When2Call only
         )
         procs = [
             await asyncio.create_subprocess_exec(
@@ -394,6 +395,7 @@ async def test_a_dxi_run_stopped_at_a_shared_cost_bound_goes_on_when_rerun_with_
         runs.write_text(
             f'data_dir = "{data}"\n[providers.fake]\nkind = "systemone"\nbase_url = "{server.url}"\n'
             '[[models]]\nprovider = "fake"\nmodel = "fake"\nprice = { input = 1000.0, output = 0.0 }\n'
+            '[evals]\nselect = ["when2call"]\n'  # the synthetic data: When2Call only
         )
 
         async def rerun(bound: str) -> tuple[int, dict]:

@@ -49,6 +49,7 @@ async def test_the_bound_counts_every_models_rest_not_sent_or_cached_and_ends_it
     model not sent, the requests already queued, and 0 cache hits: the cached ones came after the
     stop), and each gets its last progress line though it never finished."""
     async with FakeProvider(model=None) as server:
+        rows(tmp_path / "data", range(18, TASKS))  # before the run file: it selects what data holds
         path = write_run_file(
             tmp_path,
             {"pa": (server.url, 60000), "pb": (server.url, 60000)},
@@ -57,7 +58,6 @@ async def test_the_bound_counts_every_models_rest_not_sent_or_cached_and_ends_it
                 {"name": "B", "provider": "pb", "model": "b", "price": PRICE},
             ],
         )
-        rows(tmp_path / "data", range(18, TASKS))
         assert await asyncio.to_thread(main, ["run", str(path), "-q"]) == 0
         assert server.stats()["arrivals"] == 12
         rows(tmp_path / "data", range(TASKS))

@@ -174,13 +174,17 @@ def test_the_readme_tour_after_make_run_scores_its_own_sample_and_leaves_make_ru
     """Issue 32: after ``make run`` (every task, in the same cache) the tour's
     ``dxi score --out out/tour`` and ``dxi report`` scored every task and overwrote the tour's
     20-task summary. Here ``make run``'s command (the Makefile's ``run`` target, on a data folder of
-    60 When2Call tasks), then the README's tour as written: out/tour holds the 20 tasks the tour
-    ran, out/ make run's 60."""
+    60 When2Call tasks and the fixtures of the other three), then the README's tour as written:
+    out/tour holds the 20 tasks the tour ran, out/ make run's 60."""
     import orjson
 
+    from .conftest import fixture_data
     from .helpers.synthetic import data_dir
 
     work = tmp_path / "work"
+    # every evaluation (dxi run refuses one selected without data): the fixtures' few tasks, and 60
+    # When2Call tasks over the fixture's 3
+    fixture_data(work / "data")
     data_dir(work / "data", 60)
     (work / ".venv").symlink_to(Path(sys.prefix))
     env = {k: v for k, v in os.environ.items() if k not in ("DXI_DATA_DIR", "VIRTUAL_ENV")}

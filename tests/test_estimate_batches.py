@@ -75,8 +75,9 @@ def test_requests_in_open_batches_are_counted_apart_not_new_nor_priced(
     )
     assert "new because: new model (6), batch not confirmed (2)" in out
     assert (
-        "openai:m: batch not confirmed: a run killed before the provider answered its create; the "
-        "next run asks it and sends only what it did not get (cost and at most may overstate)"
+        "openai:m: batch not confirmed: a run was killed before it recorded the provider's reply "
+        "to its create, so the batch may exist; the next run asks the provider, collects that "
+        "batch if it was made and sends only what it did not get (cost and at most may overstate)"
         in out
     )
 
@@ -126,6 +127,18 @@ def test_after_a_batch_run_killed_the_estimate_counts_what_the_next_run_sends(
         assert (m["requests"], m["new"], m["in_open_batches"]) == (12, new, held)
         assert m["reasons"] == ({"batch not confirmed": 12} if new else {})
         assert (m["cost_usd"] > 0, m["bound_usd"] > 0) == (new > 0, new > 0)  # $0 when none new
+        # dxi plan counts them as dxi estimate does (docs/adaptive.md, "cached and new"): those
+        # held not new, their cost not planned (it priced all 12 as new)
+        plan_args = ["--model", model(kind, server.url), "--price", f"{kind}:m=1/1", *where]
+        assert main(["plan", *plan_args, "--precision", "10", "--json"]) == 0
+        p = orjson.loads(capsys.readouterr().out)["models"][0]
+        whole = p["whole"]
+        assert (whole["requests"], whole["cached_requests"], whole["new_requests"]) == (
+            12,
+            held,
+            new,
+        )
+        assert (whole["cost_usd"] > 0, p.get("in_open_batches")) == (new > 0, held or None)
         assert (
             subprocess.run(command(kind, server.url, data_dir, tmp_path), timeout=300).returncode
             == 0

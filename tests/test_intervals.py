@@ -667,6 +667,43 @@ def test_with_epochs_accuracys_interval_is_over_the_tasks_at_the_mean_over_epoch
     )
 
 
+def test_an_epoch_without_any_reply_takes_no_share_of_the_intervals_n():
+    # Omniscience, 4 tasks: 1 right, 1 "I don't know", 2 wrong picks (accuracy 25, non-hallucination
+    # 100/3), then a second epoch whose every answer is missing. The figures are epoch 0's, and so
+    # are the intervals: accuracy's continuity-corrected Wilson interval of 1 of n = 4, by hand
+    # (z = 1.959964): lower (2 + z^2 - 1 - z*sqrt(z^2 - 2 - 1/4 + 4)) / (2(4 + z^2)) = 0.013191,
+    # upper (2 + z^2 + 1 + z*sqrt(z^2 + 2 - 1/4 + 2)) / (2(4 + z^2)) = 0.780573. Averaged over
+    # both epochs (the empty one counted) the counts were 0.5 of n = 2: [0.0, 90.5]
+    picks = [
+        ("o/1", "A", {"A": 0.7, "E": 0.3}),
+        ("o/2", "B", {"A": 0.2, "E": 0.8}),
+        ("o/3", "D", {"C": 0.6, "E": 0.4}),
+        ("o/4", "A", {"B": 0.9, "E": 0.1}),
+    ]
+    one = [choice(M, "aa_omniscience_decision", t, g, p) for t, g, p in picks]
+    gone = [
+        choice(M, "aa_omniscience_decision", t, g, None, sample=1, status="missing")
+        for t, g, _ in picks
+    ]
+    rows = [
+        score(frame(answers), Bootstrap(resamples=50)).metrics.row(0, named=True)
+        for answers in (one, one + gone)
+    ]
+    for row in rows:
+        assert (row["accuracy"], row["non_hallucination_rate"]) == (25.0, pytest.approx(100 / 3))
+        assert (row["accuracy_low"], row["accuracy_high"]) == (
+            pytest.approx(1.3191, abs=1e-4),
+            pytest.approx(78.0573, abs=1e-4),
+        )
+    low, high = cc_oracle(1, 3)  # not hallucinated: 1 ("I don't know") of the 3 not correct
+    for row in rows:
+        assert (row["non_hallucination_rate_low"], row["non_hallucination_rate_high"]) == (
+            pytest.approx(100 * low),
+            pytest.approx(100 * high),
+        )
+    assert (rows[1]["accuracy_lowest"], rows[1]["accuracy_highest"]) == (12.5, 62.5)
+
+
 def _data(n: int) -> dict[str, dict]:
     """A data block as ``dxi report`` gets it: each evaluation's tasks and file."""
     return {
@@ -843,3 +880,17 @@ def test_dxi_report_exits_0_on_a_100_and_a_0_percent_model_over_60_and_500_quest
             == [0.0, round(wilson_oracle(0, n)[1], 6)]
         )
         assert _held(summary) >= 6
+
+
+@pytest.mark.parametrize("n", [1, 5, 20, 60, 137, 500, 3423])
+def test_the_plain_wilson_interval_is_statsmodels(n: int):
+    """``wilson`` (in percent) against statsmodels' ``proportion_confint(method="wilson")`` (as a
+    fraction) for every count of ``n`` trials, 99% and 95%: equal to 1e-12."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    x = np.arange(n + 1)
+    for confidence in (0.95, 0.99):
+        low, high = wilson(100 * x / n, n, confidence)
+        sm_low, sm_high = proportion_confint(x, n, 1 - confidence, method="wilson")
+        assert np.abs(low / 100 - sm_low).max() < 1e-12
+        assert np.abs(high / 100 - sm_high).max() < 1e-12

@@ -428,6 +428,62 @@ async def test_refusal_is_stored_invalid_with_its_reason(data_dir: Path, tmp_pat
     )
 
 
+def test_anthropic_refuses_sampling_parameters_at_2026_10_21_unless_the_old_version_is_pinned(
+    data_dir: Path,
+):
+    """API version 2026-10-21 answers temperature, top_p or top_k with HTTP 400 at any value (the
+    migration guide): refused before anything is sent, naming the version and the way to pin
+    2023-06-01, which still takes them."""
+    task = tasks(data_dir)[0]
+    for params, named in (
+        ({"temperature": 0}, "temperature"),
+        ({"top_p": 0.9}, "top_p"),
+        ({"top_k": 5, "temperature": 1.0}, "temperature, top_k"),
+    ):
+        with pytest.raises(ValueError) as refused:
+            adapters.get(adapters.ModelSpec("anthropic", "claude-sonnet-5-5", params=params))
+        assert str(refused.value) == (
+            f"anthropic: API version 2026-10-21 refuses {named} (HTTP 400, even at the default "
+            "value): leave it out, or pin the deprecated version with --option "
+            'api_version=2023-06-01 (a run file: options = {api_version = "2023-06-01"})'
+        )
+    old = {"api_version": "2023-06-01"}
+    pinned = adapters.get(
+        adapters.ModelSpec("anthropic", "claude-sonnet-5-5", params={"temperature": 0}, options=old)
+    )
+    assert pinned.extra_headers() == {"anthropic-version": "2023-06-01"}
+    assert orjson.loads(pinned.encode(task).body)["temperature"] == 0
+    with pytest.raises(ValueError) as unknown:
+        adapters.get(adapters.ModelSpec("anthropic", "m", options={"api_version": "2024-01-01"}))
+    assert str(unknown.value) == (
+        "anthropic: the option api_version is one of 2026-10-21, 2023-06-01 (the "
+        "anthropic-version header), not '2024-01-01'"
+    )
+    # the version is not in the cache key: a body both versions take means the same at both
+    default = adapters.get("anthropic:claude-sonnet-5-5")
+    same = adapters.get(adapters.ModelSpec("anthropic", "claude-sonnet-5-5", options=old))
+    assert default.extra_headers() == {"anthropic-version": "2026-10-21"}
+    assert (same.encode(task).key, same.encode(task).body) == (
+        default.encode(task).key,
+        default.encode(task).body,
+    )
+
+
+async def test_anthropic_sends_the_pinned_version_on_every_request(data_dir: Path, tmp_path: Path):
+    async with FakeLLM() as server:
+        spec = adapters.ModelSpec(
+            "anthropic",
+            "claude-x",
+            server.base_url("anthropic"),
+            {"temperature": 0},
+            {"api_version": "2023-06-01"},
+        )
+        _, stats, rows = await run_model(spec, data_dir, tmp_path / "c", limit=2)
+    assert {h["anthropic-version"] for h in server.headers} == {"2023-06-01"}
+    assert [b["temperature"] for _, b in server.requests] == [0, 0]
+    assert (stats.ok, rows.height) == (2, 2)
+
+
 HEADERS = {
     "openai": ("Authorization", "Bearer {}"),
     "logprobs": ("Authorization", "Bearer {}"),
@@ -456,7 +512,7 @@ async def test_api_key_is_sent_in_its_header_and_never_stored(
     header, value = HEADERS[kind]
     assert {h[header] for h in server.headers} == {value.format(secret)}
     if kind == "anthropic":
-        assert {h["anthropic-version"] for h in server.headers} == {"2023-06-01"}
+        assert {h["anthropic-version"] for h in server.headers} == {"2026-10-21"}
     # a refused key stops the provider: the second request is not sent, neither is stored (the next
     # run sends them)
     (limiter,) = limiters.values()

@@ -62,6 +62,8 @@ async def test_max_cost_bounds_a_model_given_by_model_with_its_price_on_the_comm
         str(tmp_path / "cache"),
         "--out",
         str(tmp_path / "out"),
+        "--evals",
+        "when2call",  # the synthetic data: When2Call only
     ]
     async with FakeProvider(model=None) as server:
         model = f"systemone:m1@{server.url}"

@@ -172,6 +172,8 @@ async def test_a_quota_429_for_100_tasks_stops_within_max_in_flight_and_says_so(
                 str(out),
                 "--max-in-flight",
                 "4",
+                "--evals",
+                "when2call",  # the synthetic data: When2Call only
                 "-q",
             ],
         )

@@ -35,7 +35,12 @@ def test_summary_json_has_the_bytes_the_dict_based_summary_had(summary: Summary)
     # (tests.helpers.realistic_summary), plus the keys added since: the measures
     # (``scoring.measures``: each model's and evaluation's ``measures`` and the top-level
     # description), each provisional evaluation block's ``replied`` (the tasks with a reply) and
-    # ``comparison_method.ci``'s entry for identical answers, nothing else changed
+    # ``comparison_method.ci``'s entry for identical answers, and WildGuardTest's missing answers'
+    # reason naming their tasks ("18 answer(s), of 6 task(s), not in the cache"), nothing else
+    # changed; and one fix: the two-epoch model's second epoch, every answer missing, no longer
+    # counts as never hallucinating (its non-hallucination rate 14.3, not 57.1; its index 56.6,
+    # not 62.0; and the comparisons that involve them) nor takes a share of its intervals' n (its
+    # intervals narrower)
     golden = GOLDEN.read_bytes()
     assert records.to_json(summary) == golden
     doc = orjson.loads(golden)  # the scenario holds what the test is for
@@ -59,7 +64,9 @@ def test_summary_json_has_the_bytes_the_dict_based_summary_had(summary: Summary)
         "measures",
     ]
     assert [m["complete"] for m in doc["models"]] == [False, False, False, False]
-    assert [m.get("rank") for m in doc["models"]] == [3, 2, 1, None]
+    # every index is provisional: placed by its lowest bound (26.53, 26.08, 24.68), not its point
+    # value (26.94, 27.42, 62.00)
+    assert [m.get("rank") for m in doc["models"]] == [1, 2, 3, None]
     assert doc["models"][3]["decision_index"] is None and doc["models"][3]["p_yes_range"] == [
         0.01,
         0.99,

@@ -1060,11 +1060,19 @@ async def test_score_says_answers_lost_to_the_remotes_quarantine_were_set_aside(
     async with FakeProvider(model=None) as server:
         model = ["--model", f"systemone:m1@{server.url}", "-q", "--out", str(tmp_path / "o")]
         # the first 3 tasks to the remote; the last 3 in the reader's own cache
-        first = [*model, "--data-dir", str(tmp_path / "data"), "--limit", "3"]
+        first = [
+            *model,
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--limit",
+            "3",
+            "--evals",
+            "when2call",
+        ]
         first += ["--cache-dir", str(tmp_path / "w"), "--cache-remote", uri]
         assert await asyncio.to_thread(main, ["run", *first]) == 0
         local = [*model, "--data-dir", str(tmp_path / "rest"), "--cache-dir", str(tmp_path / "r")]
-        assert await asyncio.to_thread(main, ["run", *local]) == 0
+        assert await asyncio.to_thread(main, ["run", *local, "--evals", "when2call"]) == 0
     (manifest,) = Remote(uri, tmp_path / "probe").listing().manifests.values()
     path = tmp_path / "shared" / manifest.path("manifest")
     path.write_bytes(orjson.dumps(orjson.loads(path.read_bytes()) | {"sha256": "0" * 64}))

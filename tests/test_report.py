@@ -98,6 +98,158 @@ def test_report_writes_every_table_as_csv_and_parquet(report: Path):
     assert errors.select("status", "error", "count").rows() == [("failed", HOSTILE_ERROR, 3)]
 
 
+def _outputs(out: Path) -> dict[str, bytes]:
+    """Every file in ``out`` (tables/ included) -> its bytes."""
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_a_ctrl_c_while_the_report_is_written_leaves_the_earlier_outputs_whole_and_alone(
+    report: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A third model added to the cache, then `dxi report` stopped by Ctrl-C as it renders
+    report.html (the moment a trial met: summary.json, answers.parquet and tables/ were already
+    the new scoring's, report.html the old one, showing old figures): every output in the folder
+    is the earlier scoring's, byte for byte, and nothing of this one is left beside them."""
+    from dxi.report import html as report_html
+    from dxi.runner import signals
+    from dxi.runner.outputs import staging
+
+    before = _outputs(report)
+    assert len(orjson.loads(before["summary.json"])["models"]) == 2
+    copy_model(tmp_path / "cache", "copy", "when2call", 1)
+    monkeypatch.setattr(staging, "_state", {})
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # as Python's handler raises it on Ctrl-C
+
+    monkeypatch.setattr(report_html, "render", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        report_of(data_dir, tmp_path / "cache", report)
+    assert _outputs(report) == before
+    assert sorted(p.name for p in report.iterdir()) == [
+        "answers.parquet",
+        "report.html",
+        "summary.json",
+        "tables",
+    ]
+    assert signals.stopped_line() == (
+        f"Interrupted (Ctrl-C). {report} is left as it was: none of this scoring's outputs was "
+        "written there."
+    )
+
+
+def test_a_ctrl_c_while_the_outputs_are_put_in_place_is_handled_once_they_all_are(
+    report: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The same, the Ctrl-C (a real SIGINT) coming inside the step that puts the new outputs in
+    place, once the earlier ones are moved away: it is held until every new one is in place, then
+    stops the command; the folder holds the new scoring's outputs, whole (three models in
+    summary.json, the report and index.csv), and says so."""
+    import signal
+
+    from dxi.runner import signals
+    from dxi.runner.outputs import staging
+
+    copy_model(tmp_path / "cache", "copy", "when2call", 1)
+    monkeypatch.setattr(staging, "_state", {})
+    clear = staging._clear
+
+    def interrupted(out: Path, old: Path) -> list[str]:
+        moved = clear(out, old)
+        os.kill(os.getpid(), signal.SIGINT)
+        return moved
+
+    monkeypatch.setattr(staging, "_clear", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        report_of(data_dir, tmp_path / "cache", report)
+    summary = orjson.loads((report / "summary.json").read_bytes())
+    labels = [m["model"] for m in summary["models"]]
+    assert labels == [f"embedded:{HOSTILE_MODEL}", "embedded:copy", MODEL]
+    assert "embedded:copy" in (report / "report.html").read_text()
+    assert sorted(pl.read_csv(report / "tables" / "index.csv")["model"]) == sorted(labels)
+    assert pl.read_parquet(report / "answers.parquet")["model"].unique().sort().to_list() == sorted(
+        labels
+    )
+    assert sorted(p.name for p in report.iterdir()) == [
+        "answers.parquet",
+        "report.html",
+        "summary.json",
+        "tables",
+    ]
+    assert signals.stopped_line() == (
+        f"Interrupted (Ctrl-C). {report} holds this scoring's outputs, whole (answers.parquet, "
+        "tables/, report.html, summary.json)."
+    )
+
+
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["INT", "KILL"])
+def test_dxi_report_stopped_while_it_puts_its_outputs_in_place(
+    report: Path, data_dir: Path, tmp_path: Path, how: str
+):
+    """`dxi report` in a process of its own, stopped inside the step that puts its outputs in place
+    (the earlier ones moved away, the new ones not yet renamed in: the ``committing`` event). A
+    Ctrl-C there is held until every output is in place: exit 130, the line says the folder holds
+    this scoring's outputs, whole. A SIGKILL (nothing can hold it) leaves the folder with no
+    output at all, never some of each scoring's; the next command removes what the killed one
+    staged."""
+    import subprocess
+
+    from .conftest import DXI
+    from .helpers import events
+
+    copy_model(tmp_path / "cache", "copy", "when2call", 1)
+    log = tmp_path / "events.jsonl"
+    argv = [DXI, "report", "--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache")]
+    done = subprocess.run(
+        [*argv, "--out", str(report), "-q"],
+        env=events.env(log, "committing:1" + ("/INT" if how == "INT" else "")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    ((_, _, pid, moved),) = events.read(log, "committing")
+    assert moved == ["answers.parquet", "tables", "report.html", "summary.json"]
+    names = sorted(p.name for p in report.iterdir())
+    if how == "INT":
+        assert done.returncode == 130
+        assert done.stderr.endswith(
+            f"Interrupted (Ctrl-C). {report} holds this scoring's outputs, whole "
+            "(answers.parquet, tables/, report.html, summary.json).\n"
+        )
+        assert names == ["answers.parquet", "report.html", "summary.json", "tables"]
+        assert len(orjson.loads((report / "summary.json").read_bytes())["models"]) == 3
+        assert "embedded:copy" in (report / "report.html").read_text()
+        return
+    assert (done.returncode, names) == (-9, [f".dxi-staging-{pid}"])
+    assert report_of(data_dir, tmp_path / "cache", report).exit_code == 1
+    assert sorted(p.name for p in report.iterdir()) == [
+        "answers.parquet",
+        "report.html",
+        "summary.json",
+        "tables",
+    ]
+
+
+def test_score_after_a_report_takes_the_report_away_and_says_so(
+    report: Path, data_dir: Path, tmp_path: Path
+):
+    """`dxi score` into a folder holding a report writes summary.json and answers.parquet only: the
+    report and its tables, of the earlier scoring, no longer match them and are taken away (before,
+    they stayed beside the new summary.json, the old figures in them)."""
+    copy_model(tmp_path / "cache", "copy", "when2call", 1)
+    done = rescore.rescore(
+        rescore.select(PlanInputs(data_dir=data_dir, cache_dir=tmp_path / "cache", out=report))
+    )
+    assert sorted(p.name for p in report.iterdir()) == ["answers.parquet", "summary.json"]
+    assert len(done.summary.models) == 3
+    assert (
+        f"{report / 'report.html'} and {report / 'tables'} (an earlier scoring's, which "
+        "summary.json no longer matches) were removed: `dxi report` writes them for this one"
+    ) in done.notes
+
+
 def test_model_output_in_the_report_is_text_not_markup(report: Path):
     html = (report / "report.html").read_text()
     assert "<script" not in html.lower()
@@ -621,13 +773,13 @@ def test_the_rank_of_a_provisional_index_is_marked_as_the_index_is(
     rows = [line for line in printed if line.startswith("│ embedded")][:2]
     cells = [[c.strip() for c in row.split("│")[1:5]] for row in rows]  # the index table's
     assert cells == [  # by index, as the report (no order was given)
-        [MODEL, "28.5", "[13.1, 59.2]", "1 [1–1]"],
+        [MODEL, "28.5", "[13.1, 59.2]", "1 [1–2]"],  # 1 [1–1] before the marginal rank sets
         [copy, "24.3*", "[10.4, 56.3]", "2* [1–2]"],
     ]
     html = (out / "report.html").read_text()
     index = html[html.index('<table class="index">') :]
     ranks = re.findall(r'<span class="ci">(rank [^<]*)</span>', index[: index.index("</table>")])
-    assert ranks == ["rank 1 [1–1], jointly [1–2]", "rank 2* [1–2], jointly [1–2]"]  # by index
+    assert ranks == ["rank 1 [1–2], jointly [1–2]", "rank 2* [1–2], jointly [1–2]"]  # by index
     # as text (copied, read aloud, a text browser) a cell reads as the terminal's: a space before
     # its interval, its bounds and its rank, each shown on a line of its own
     row = index[index.index("<tbody>") :].split("</tr>")[1]  # the copy's
@@ -648,6 +800,53 @@ def test_the_rank_of_a_provisional_index_is_marked_as_the_index_is(
         (MODEL, 1, None),
         (copy, 2, pytest.approx(20.13888888888889)),
     ]
+
+
+@pytest.mark.slow
+def test_a_provisional_index_is_placed_by_its_lowest_bound_never_above_its_complete_twin(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """The embedded model (complete, index 28.5) and a copy of it whose first two When2Call answers
+    failed, one of them a wrong answer of the model: over the answered questions the copy scores
+    36.8*, with bounds [20.1, 36.8] (28.5 complete). It is placed by its lowest bound, 20.1: second,
+    below its complete twin, in summary.json's ranks and ranking, the terminal's table and ranking
+    line, the report and tables/index.csv; its figure stays 36.8* and its rank interval still
+    covers rank 1, which its bounds allow."""
+    assert run_plan(data_dir, tmp_path).exit_code == 0
+    copy = copy_model(tmp_path / "cache", "copy", "when2call", 2)
+    out = tmp_path / "report"
+    capsys.readouterr()
+    args = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache")]
+    assert main(["report", *args, "--out", str(out)]) == 1  # provisional
+    printed = capsys.readouterr().out.splitlines()
+    rows = [line for line in printed if line.startswith("│ embedded")][:2]
+    cells = [[c.strip() for c in row.split("│")[1:5]] for row in rows]
+    assert cells == [
+        [MODEL, "28.5", "[13.1, 59.2]", "1 [1–2]"],
+        [copy, "36.8*", "[12.1, 66.5]", "2* [1–2]"],
+    ]
+    line = next(line for line in printed if line.startswith("Ranked by Decision Index"))
+    assert line.endswith(f"{{{MODEL}, {copy}}}; adjacent: {MODEL} − {copy} -8.3 (p_adj 0.336)")
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    placed = {m["model"]: (m["rank"], m["rank_ci"], m["rank_set"]) for m in summary["models"]}
+    assert placed == {MODEL: (1, [1, 2], [1, 2]), copy: (2, [1, 2], [1, 2])}
+    assert summary["ranking"]["groups"] == [[MODEL, copy]]
+    assert summary["ranking"]["method"].endswith(
+        "; a provisional index is placed, and its rank counted, by its lowest bound (the worst "
+        "outcome of its failed and missing answers), not its point value"
+    )
+    html = (out / "report.html").read_text()
+    index = html[html.index('<table class="index">') :]
+    index = index[: index.index("</table>")]
+    ranks = re.findall(r'<span class="ci">(rank [^<]*)</span>', index)
+    assert ranks == ["rank 1 [1–2], jointly [1–2]", "rank 2* [1–2], jointly [1–2]"]
+    assert index.index(MODEL) < index.index(copy)
+    table = pl.read_csv(out / "tables" / "index.csv")
+    assert table.select("model", "rank", "decision_index_lowest").rows() == [
+        (MODEL, 1, None),
+        (copy, 2, pytest.approx(20.138888888888889)),
+    ]
+    assert table["decision_index"].to_list() == pytest.approx([28.472222, 36.805556])
 
 
 @pytest.mark.slow

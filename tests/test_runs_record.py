@@ -46,7 +46,11 @@ async def test_runs_jsonl_keeps_each_runs_spend_which_score_leaves_alone(
             return main([*args, *flags, "-q"])
 
         # a run the cost bound stops
-        assert await asyncio.to_thread(dxi, "run", *price, "--max-cost", "1.5") == EXIT_COST_BOUND
+        when2call = ["--evals", "when2call"]  # the synthetic data: When2Call only
+        assert (
+            await asyncio.to_thread(dxi, "run", *price, *when2call, "--max-cost", "1.5")
+            == EXIT_COST_BOUND
+        )
         sent = server.stats()["arrivals"]
         run1 = orjson.loads((out / "summary.json").read_bytes())
         (line,) = _lines(out / "run-history.jsonl")
@@ -91,7 +95,7 @@ async def test_runs_jsonl_keeps_each_runs_spend_which_score_leaves_alone(
         ) in said
 
         # a second run appends its own line after the first
-        assert await asyncio.to_thread(dxi, "run", *price, "--max-cost", "1000") == 0
+        assert await asyncio.to_thread(dxi, "run", *price, *when2call, "--max-cost", "1000") == 0
         assert server.stats()["arrivals"] == TASKS
         run2 = orjson.loads((out / "summary.json").read_bytes())
     data = (out / "run-history.jsonl").read_bytes()
@@ -121,6 +125,7 @@ async def test_a_stopped_provider_is_kept_in_the_line_after_score(
     async with FakeProvider(default="quota") as down, FakeProvider(model=None) as up:
         models = ["--model", f"openai:gpt-fake@{down.url}/v1", "--model", f"systemone:m1@{up.url}"]
         run = ["run", *models, *folders, "--out", str(out), "--max-in-flight", "1", "-q"]
+        run += ["--evals", "when2call"]  # the synthetic data: When2Call only
         assert await asyncio.to_thread(main, run) == 6
     summary = orjson.loads((out / "summary.json").read_bytes())
     (line,) = _lines(out / "run-history.jsonl")
@@ -215,6 +220,7 @@ async def test_a_run_stopped_while_scoring_keeps_what_it_sent_and_spent(
         model = f"systemone:m1@{server.url}"
         flags = ["--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "cache")]
         flags += ["--out", str(out), "--model", model, "--price", f"{model}=0/1000000"]
+        flags += ["--evals", "when2call"]  # the synthetic data: When2Call only
         monkeypatch.setattr(session, "_scored", cut)
         code = await asyncio.to_thread(main, ["run", *flags, "--max-cost", "100", "-q"])
         assert server.stats()["arrivals"] == TASKS
@@ -263,6 +269,7 @@ async def test_a_run_the_cache_stops_records_what_it_sent_and_the_replies_it_cou
         model = f"systemone:m1@{server.url}"
         flags = ["--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "cache")]
         flags += ["--out", str(out), "--model", model, "--price", f"{model}=0/1000000"]
+        flags += ["--evals", "when2call"]  # the synthetic data: When2Call only
         monkeypatch.setattr(store, "_write", full_after_five)
         code = await asyncio.to_thread(
             main, ["run", *flags, "--max-cost", "100", "--max-in-flight", "1", "-q"]

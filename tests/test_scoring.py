@@ -216,6 +216,34 @@ def test_epochs_mean_and_spread():
     assert row["n"] == 2 and row["epochs"] == 2
 
 
+def test_an_epoch_without_any_reply_has_no_non_hallucination_rate():
+    # two epochs asked, the second never answered (every answer missing: an interrupted run, or
+    # scored with more epochs than ran). Epoch 0: o/1 right, o/2 "I don't know", o/3 and o/4 wrong
+    # picks: accuracy 25, non-hallucination 100 x (1 - 2/3) = 33.3. Epoch 1 has no reply, so no
+    # figure, for accuracy (0/0) and the non-hallucination rate alike: both are epoch 0's. It
+    # used to count as "never hallucinated" (100), which raised the figure to (33.3 + 100) / 2 =
+    # 66.7: a failure raising a figure (SPEC §6). The bounds are the mean of each epoch's: epoch 0
+    # at its value, epoch 1 every answer a wrong pick (0) or "I don't know" (100): [16.7, 66.7]
+    m = "embedded:x"
+    picks = [("o/1", "A", "A"), ("o/2", "E", "B"), ("o/3", "C", "D"), ("o/4", "B", "A")]
+    rows = [(m, "aa_omniscience_decision", t, "answer", 0, "ok", p, g) for t, p, g in picks]
+    rows += [
+        (m, "aa_omniscience_decision", t, "answer", 1, "missing", None, g) for t, _, g in picks
+    ]
+    row = metrics(answers_frame(rows)).row(0, named=True)
+    assert (row["accuracy"], row["accuracy_sd"], row["epochs"]) == (25.0, None, 2)
+    assert row["non_hallucination_rate"] == pytest.approx(100 / 3, abs=1e-12)
+    assert row["non_hallucination_rate_sd"] is None
+    assert (row["non_hallucination_rate_lowest"], row["non_hallucination_rate_highest"]) == (
+        pytest.approx(50 / 3, abs=1e-12),
+        pytest.approx(200 / 3, abs=1e-12),
+    )
+    # the row-level expression: no reply at all, no rate
+    failed = frame([(None, "A", "failed"), (None, "B", "missing")])
+    assert failed.select(hallucination_rate()).item() is None
+    assert failed.select(non_hallucination_rate()).item() is None
+
+
 def test_index_weights_sum_to_one_and_match_the_seed():
     assert sum(WEIGHTS.values()) == 1.0
     evals = {

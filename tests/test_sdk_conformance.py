@@ -5,6 +5,7 @@ would not accept, fails here."""
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import orjson
@@ -86,6 +87,31 @@ def test_every_request_body_conforms_to_the_sdk_request_types(
         else:
             for one in body:
                 assert conforms(one, OPENAI_BODY) == []
+
+
+def test_the_anthropic_version_is_the_sdks_and_the_sampling_fields_it_refuses_are_undeclared(
+    data_dir: Path,
+):
+    """The default ``anthropic-version`` is the one the SDK sends (``ANTHROPIC_API_VERSION``), and
+    the fields refused at it (``SAMPLING``) are the ones the SDK's request types no longer declare:
+    a body carrying one does not conform."""
+    from anthropic._constants import ANTHROPIC_API_VERSION
+    from anthropic.types.messages.batch_create_params import Request as BatchRequest
+
+    from dxi.adapters.anthropic import API_VERSION, SAMPLING
+
+    a = adapter("anthropic", "https://api.example.test")
+    assert (a.extra_headers(), API_VERSION) == (
+        {"anthropic-version": ANTHROPIC_API_VERSION},
+        "2026-10-21",
+    )
+    declared = typing.get_type_hints(ANTHROPIC_BODY)
+    assert [f for f in SAMPLING if f in declared] == [] and "max_tokens" in declared
+    body = orjson.loads(a.encode(all_tasks(data_dir)[0]).body)
+    assert conforms(body | {"temperature": 0}, ANTHROPIC_BODY) == [
+        "$.temperature: not a field of MessageCreateParamsNonStreaming"
+    ]
+    assert conforms({"custom_id": "k", "params": body}, BatchRequest) == []
 
 
 def test_the_logprobs_cap_is_the_field_each_server_honours(data_dir: Path):

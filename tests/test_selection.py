@@ -117,6 +117,14 @@ def test_a_sampled_run_is_scored_as_it_ran_by_score_report_export_and_view(
         "1 answer(s) not in the cache: this model's runs selected --sample 2 here, not --all-tasks; score with "
         "--sample 2 to see what they answered, or `dxi run` with --all-tasks to send what is missing"
     )
+    # a WildGuardTest task's request holds its 3 answers: the line counts answers, as every other
+    # count of missing answers does (summary.json's missing, --allow-failed), and says the tasks
+    assert every["wildguardtest"]["missing"] == 3 and every["wildguardtest"]["reason"] == (
+        "3 answer(s), of 1 task(s), not in the cache: this model's runs selected --sample 2 here, "
+        "not --all-tasks; score with --sample 2 to see what they answered, or `dxi run` with "
+        "--all-tasks to send what is missing; f1_response_harm: undefined (no positive gold label "
+        "and no positive prediction); mean_f1 is the mean of the defined F1 scores"
+    )
     assert summary(tmp_path, "all")["data"]["when2call"]["runs"] == {MODEL: "--sample 2"}
     assert (
         main(["score", "--all-tasks", "--limit", "2", *where(data_dir, tmp_path, "x")])

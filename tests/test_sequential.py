@@ -761,8 +761,9 @@ def test_plan_takes_a_difference_within_the_tolerance_and_gives_the_documented_k
 
 
 PLAN_TOKENS = (
-    "requests = questions × epochs; cached: those the cache holds among the tasks the run asks "
-    "first (its order, seeded: --seed), not sent again; new: the rest, whose tokens and dollars "
+    "requests = questions × epochs; cached: those the cache (or an open batch the provider "
+    "accepted) holds among the tasks the run asks first (its order, seeded: --seed), not sent "
+    "again; new: the rest, whose tokens and dollars "
     "are the cost, as `dxi estimate` prices them (the whole cost is `dxi estimate`'s); "
     "tokens are the model's mean per request (what its cached "
     "replies recorded, and for the requests the cache does not hold `dxi estimate`'s estimates; "

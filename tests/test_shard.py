@@ -138,6 +138,8 @@ def test_estimate_by_shard_counts_each_request_once(tmp_path):
                 "embedded:sparrow-nano-general-v1.1",
                 "--data-dir",
                 str(data),
+                "--evals",
+                "when2call",  # the synthetic data: When2Call only
                 "--cache-dir",
                 str(tmp_path / "cache"),
                 "--json",

@@ -67,6 +67,7 @@ def test_a_slurm_array_with_a_task_killed_and_resubmitted_scores_as_one_process(
             f'data_dir = "{data}"\n[providers.fake]\nkind = "systemone"\nbase_url = "{server.url}"\n'
             f'rpm = 1200\nmax_in_flight = {IN_FLIGHT}\n[[models]]\nprovider = "fake"\nmodel = "fake"\n'
             "price = { input = 0.0, output = 0.0 }\n"
+            '[evals]\nselect = ["when2call"]\n'  # the synthetic data: When2Call only
         )
         env = {
             **cluster.env,

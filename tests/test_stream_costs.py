@@ -36,6 +36,8 @@ def _dxi(tmp_path: Path, model: str, *extra: str) -> list[str]:
         str(tmp_path / "cache"),
         "--out",
         str(tmp_path / "out"),
+        "--evals",
+        "when2call",  # the synthetic data: When2Call only
         "--max-attempts",
         "1",
         *extra,

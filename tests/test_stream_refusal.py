@@ -47,6 +47,8 @@ def _args(tmp_path: Path, model: str, stream: str) -> list[str]:
         stream,
         "--max-in-flight",
         "1",
+        "--evals",
+        "when2call",  # the synthetic data: When2Call only
         "-q",
     ]
 

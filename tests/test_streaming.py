@@ -750,3 +750,18 @@ async def test_a_stream_larger_than_max_reply_bytes_is_read_no_further_and_store
     assert row["answers"][0]["error"] == "reply larger than 600 bytes"
     assert row["raw_reply"].startswith("event: message_start\ndata: ")
     assert len(row["raw_reply"]) <= 2000
+
+
+async def test_a_stream_silent_past_the_idle_timeout_before_its_first_byte_says_so(one_request):
+    # streamed, nothing of the reply (not even its headers) within --timeout: a model that thinks
+    # before its first token (OpenAI's Chat Completions streams no reasoning) is silent that long,
+    # and streaming does not help there; the failure says what to raise, in docs/limits.md's words
+    async with FakeLLM(["delay:1.2"]) as server:
+        _, stats, rows = await one_request("openai", server, attempt_timeout_s=0.4, max_attempts=1)
+        assert (stats.failed, len(server.requests), server.streamed) == (1, 1, [True])
+    assert rows["error"][0] == (
+        "openai:gpt-6-luna: no byte of the reply within the idle timeout (--timeout): streamed, "
+        "nothing of the reply arrived: a model may send nothing while it thinks before its first "
+        "token (OpenAI's Chat Completions streams no reasoning), so give a --timeout longer than "
+        "its longest time to first token at the effort you run"
+    )

@@ -216,3 +216,27 @@ def test_each_model_has_its_rank_with_its_interval_and_the_tied_groups_are_named
         f"{key[2]} − {key[3]} +1.0 (p_adj 0.200)"
     ) in text
     assert max(len(line) for line in lines if "─" in line or "━" in line) <= width
+
+
+def test_a_line_under_the_index_table_names_its_interval_and_abbreviations(summary: dict):
+    """The index table's "95% CI" said nothing of how it is computed, and "Omni non-halluc" was
+    not explained: one line under the table (after the key legend) says both, the interval's
+    method as summary.json's intervals.methods names it."""
+    from dxi.runner.outputs.legend import index_legend
+
+    method = summary["intervals"]["methods"]["decision_index"]
+    assert method == (
+        "MOVER combination of the terms' intervals (Zou & Donner 2008) of its five weighted terms, "
+        "independent"
+    )
+    line = (
+        f"95% CI = the index's 95% interval: {method}; Omni = AA-Omniscience-Decision; acc = "
+        "accuracy; non-halluc (non-hall.) = non-hallucination rate: of the answers not correct, the "
+        'share that said "I don\'t know" rather than pick a wrong answer; WildGuard F1 = mean F1 '
+        "of WildGuardTest's three questions."
+    )
+    assert index_legend(records.decode(summary)) == line
+    lines = render(80, summary_json, summary)
+    start = lines.index(f"  M{len(NAMES)} = {NAMES[-1]}") + 1  # after the key legend
+    end = lines.index("Data used:")
+    assert " ".join(x.strip() for x in lines[start:end]) == line  # wrapped at 80 columns

@@ -1329,3 +1329,29 @@ def test_an_answer_set_aside_as_damaged_is_told_as_such_on_its_pages(tmp_path: P
         assert not list(cache.glob("quarantine/*"))  # read-only: left in place
     finally:
         b.close()
+
+
+# ---- dxi view: a request a provider batch answered costs the batch rate --------------------------
+
+
+def test_the_view_prices_a_request_a_provider_batch_answered_at_the_batch_rate():
+    """The question page's cost of one request: a batch row (``transport`` "batch") at half the
+    price, as summary.json's usage blocks price it (``batch_price``), a synchronous one at the
+    price; the requests file the page reads carries ``transport``."""
+    from dxi.view import data
+
+    row = {
+        "input_tokens": 1000,
+        "output_tokens": 200,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": None,
+        "cache_write_1h_tokens": None,
+        "request_body": None,
+        "raw_reply": None,
+    }
+    price = (2.0, 8.0)
+    sync = data._request(row | {"transport": "sync"}, price)["cost_usd"]
+    batch = data._request(row | {"transport": "batch"}, price)["cost_usd"]
+    assert (sync, batch) == (0.0036, 0.0018)
+    assert data._request(row | {"transport": None}, price)["cost_usd"] == 0.0036
+    assert "transport" in data._REQUESTS_READ

@@ -49,7 +49,7 @@ from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
 from dxi.scoring import adaptive, records
 from dxi.scoring.calibration import ECE_BINS, answer_terms
 from dxi.scoring.compare import open_counts
-from dxi.scoring.cost import USAGE_COLUMNS, known_cost
+from dxi.scoring.cost import USAGE_COLUMNS, batch_price, known_cost
 from dxi.scoring.pipeline import CONFIG_COLUMNS, STATUSES, current_rows
 from dxi.scoring.records import Summary, unset
 from dxi.scoring.simultaneous import mcnemar_p, worst_mcnemar
@@ -90,6 +90,7 @@ REQUEST_COLUMNS = (
     "served_model",
     *USAGE_COLUMNS,
     "latency_ms",
+    "transport",
 )
 _REQUESTS_READ = (
     *CONFIG_COLUMNS,
@@ -859,10 +860,13 @@ def write_snapshot(
     frames = []
     for name in narrow:
         path = root / f"narrow-{name}.parquet"
+        asked = _questions(*suite.gold_frames(), name)  # those no model was asked too
         for (_, sample), part in (
             pl.read_parquet(path).partition_by("eval", "sample", as_dict=True).items()
         ):
-            _wide(part, labels, text, cut).write_parquet(root / f"wide-{name}-{sample}.parquet")
+            _wide(part, labels, text, asked, cut).write_parquet(
+                root / f"wide-{name}-{sample}.parquet"
+            )
             frames.append((name, sample))
         path.unlink()
     scored.reliability.write_parquet(root / "reliability.parquet")
@@ -995,24 +999,45 @@ def _peak_mb() -> float | None:
     return None
 
 
+def _questions(gold: pl.DataFrame, categories: pl.DataFrame, name: str) -> pl.DataFrame:
+    """Every question of the evaluation ``name`` in the suite's gold frames (``gold_frames``):
+    ``task_id``, ``question_id``, ``category`` (its group, or When2Call's gold reply type, as
+    ``scoring.answers`` gives them) and ``gold``, sorted by task and question."""
+    return (
+        gold.filter(pl.col("eval") == name)
+        .join(
+            categories.rename({"option": "gold", "category": "gold_category"}),
+            on=["task_id", "gold"],
+            how="left",
+        )
+        .select(
+            "task_id",
+            "question_id",
+            pl.coalesce(pl.col("group"), pl.col("gold_category")).alias("category"),
+            "gold",
+        )
+        .with_columns(pl.all().cast(pl.String))
+        .unique(["task_id", "question_id"])
+        .sort("task_id", "question_id")
+    )
+
+
 def _wide(
-    part: pl.DataFrame, labels: list[str], text: pl.DataFrame, cut: Iterable[str] = ()
+    part: pl.DataFrame,
+    labels: list[str],
+    text: pl.DataFrame,
+    questions: pl.DataFrame,
+    cut: Iterable[str] = (),
 ) -> pl.DataFrame:
-    """One evaluation and epoch of the answers as one row per question, each model's columns
-    beside. A question with no answer row of a model is "missing" (not right), or for a model in
-    ``cut`` (one an adaptive run asked part of the set: its answers hold only that part,
+    """One evaluation and epoch of the answers as one row per question of ``questions`` (the
+    evaluation's, ``_questions``: one no model was asked too), each model's columns beside. A
+    question with no answer row of a model is "missing" (not right), or for a model in ``cut`` (one
+    an adaptive run asked part of the set: its answers hold only that part,
     ``scoring.adaptive.asked_part``) ``NOT_ASKED``, neither right nor wrong (``correct`` null)."""
     cut = set(cut)
     keys = ["task_id", "question_id"]
     part = part.with_columns(pl.col(pl.Enum).cast(pl.String))
-    base = (
-        part.select(
-            *keys, pl.coalesce(pl.col("group"), pl.col("gold_category")).alias("category"), "gold"
-        )
-        .unique(keys)
-        .sort(keys)
-        .join(text, on="task_id", how="left")
-    )
+    base = questions.join(text, on="task_id", how="left")
     for i, label in enumerate(labels):
         mine = part.filter(pl.col("label") == label).select(
             *keys,
@@ -1069,11 +1094,13 @@ def _answer(question, row: dict | None, unasked: bool = False) -> dict:
 
 def _request(row: dict, price: tuple[float | None, ...] | None) -> dict:
     """One cache row for the page, with its cost (USD; None without a price, without usage or, at
-    a price, with 0 tokens reported: ``scoring.cost.known_cost``) and its body and reply
-    pretty-printed when they are JSON."""
+    a price, with 0 tokens reported: ``scoring.cost.known_cost``; a request a provider batch
+    answered, ``transport`` "batch", at the batch rate, ``scoring.cost.batch_price``, as the
+    summary prices it) and its body and reply pretty-printed when they are JSON."""
+    batch = row.get("transport") == "batch"
     return {
         **row,
-        "cost_usd": known_cost(row, price),
+        "cost_usd": known_cost(row, batch_price(price) if batch else price),
         "body": _pretty(row["request_body"]),
         "reply": _pretty(row["raw_reply"]),
         "reply_text": reply_text(row["raw_reply"]),

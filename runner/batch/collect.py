@@ -77,7 +77,7 @@ class Collecting:
         bodies = self._bodies(entry.id)
         seen: set[str] = set()
         given: list[str] = []
-        stored = unmatched = unknown = duplicate = 0
+        stored = unmatched = unknown = duplicate = cached = 0
         actual = 0.0
         gone: BatchLost | None = None
         if status is not None:
@@ -94,8 +94,9 @@ class Collecting:
                             continue
                         seen.add(key)
                         item = self.waiting.get(key)
-                        if self.cache.has(key):
+                        if self.cache.has(key):  # (stored by a run killed before its record)
                             self.waiting.pop(key, None)
+                            cached += 1
                             continue
                         if item is None:
                             unmatched += 1
@@ -241,12 +242,12 @@ class Collecting:
                 continue
             self._give_back(key)
         _trim()
+        said = [f"{stored:,} stored"]
+        if cached:  # read again, not stored again: "0 stored" alone would read as lost
+            said.append(f"{cached:,} already in the cache (not stored again)")
         if returned:
-            self._say(
-                f"batch {entry.batch_id} collected: {stored:,} stored, {len(returned):,} given back"
-            )
-        else:
-            self._say(f"batch {entry.batch_id} collected: {stored:,} stored")
+            said.append(f"{len(returned):,} given back")
+        self._say(f"batch {entry.batch_id} collected: {', '.join(said)}")
         self.wake.set()
         self.on_progress()
 

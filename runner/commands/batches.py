@@ -31,8 +31,8 @@ _SAY = {
     0: "done",
     EXIT_FAILED_REQUESTS: "cancel: a provider refused a cancel (the others were asked; run it "
     "again)",
-    EXIT_USAGE: "bad input (flags, a cache without batches, no open batch or stopped model "
-    "matching\n       --model or --entry), with a message",
+    EXIT_USAGE: "bad input (flags, no cache folder, a cache without batches, no open batch or "
+    "stopped\n       model matching --model or --entry), with a message",
     EXIT_CACHE_WRITE: "collect: the cache could not be written (disk full, permissions): make "
     "room and rerun",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C or kill -INT; 143: by SIGTERM): what was stored is "
@@ -169,12 +169,12 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     if args.batches_command == "collect":
         plan = options.plan_of(args)
+        where = options.named(args, "cache_dir", "--cache-dir")
+        paths.cache_to_read(plan.cache_dir, where, required=True)
         if not open_batches.has_batches(plan.cache_dir):
             console.print(f"{plan.cache_dir} holds no batches: nothing to collect")
             return 0
-        paths.cache_folder(
-            plan.cache_dir, options.named(args, "cache_dir", "--cache-dir")
-        )  # results go there
+        paths.cache_folder(plan.cache_dir, where)  # results go there
         stats = open_batches.collect(plan, wait=args.wait, poll_s=args.poll, say=say)
         for label, s in stats.items():
             console.print(
@@ -186,7 +186,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
             )
         return 0
     if args.batches_command == "cancel":
-        paths.cache_to_read(args.cache_dir)
+        paths.cache_to_read(args.cache_dir, required=True)
         done = open_batches.cancel(
             args.cache_dir,
             model=args.model,
@@ -203,7 +203,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         )
         return 0 if done.complete else 1
     if args.batches_command == "resume":
-        paths.cache_to_read(args.cache_dir)
+        paths.cache_to_read(args.cache_dir, required=True)
         done = open_batches.resume(
             args.cache_dir, model=args.model, entry=args.entry, every=args.all
         )
@@ -219,7 +219,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         if not done:
             console.print("no model's batch mode is stopped")
         return 0
-    paths.cache_to_read(args.cache_dir)
+    paths.cache_to_read(args.cache_dir, required=True)
     return _list(args, console, open_batches.listed(args.cache_dir, every=args.all))
 
 

@@ -58,6 +58,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     plan = options.plan_of(args)
     plan.check_models()  # a model none of its adapter's (a typo): `dxi run` refuses it, exit 2
+    plan.check_data()  # what `dxi run` would refuse, refused here too
     where = options.named(args, "cache_dir", "--cache-dir")
     paths.cache_to_read(plan.cache_dir, where)
     if not plan.cache_dir.is_dir():  # opening the cache creates it

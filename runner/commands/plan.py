@@ -133,6 +133,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from dxi.scoring import planner
     from dxi.scoring.cost import batch_price
 
+    from .. import open_batches
     from ..adaptive.order import DEFAULT_SEED, order_of
     from ..planning.estimate import estimate
     from ..planning.plan import model_named
@@ -156,7 +157,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
         e: n
         for e, n in gold.group_by("eval").agg(pl.col("task_id").n_unique()).sort("eval").iter_rows()
     }
-    no_data = [e for e in index if e not in populations and e not in left_out]
+    missing = plan.suite.no_data()  # as `dxi run` refuses it (Plan.check_data); or no task left
+    no_data = [e for e in index if e in missing or (e not in populations and e not in left_out)]
     if left_out:
         raise UsageError(
             f"{options.selection(args)} leaves out {', '.join(left_out)}: a plan is of the whole "
@@ -185,7 +187,12 @@ def main(args: argparse.Namespace, console: Console) -> int:
         used = scoring.usage(cache.scan(), frame, gold, plan.epochs)
         # each model's requests estimated once: those the cache does not hold, and apart those it
         # holds, as if new (``cached_evals``)
-        dry = {e.model: e for e in estimate(plan.models, plan.suite, cache, cached_too=True)}
+        # (the requests an earlier batch run's open batches hold, as `dxi estimate` counts them:
+        # not new where the provider accepted the batch, ``open_batches.held``)
+        held = open_batches.held(cache.root, plan.models)
+        dry = {
+            e.model: e for e in estimate(plan.models, plan.suite, cache, cached_too=True, held=held)
+        }
         # a model's evaluation whose requests are all cached, and none of their replies counted its
         # tokens (0 or none reported: scoring.cost.COUNTED): estimated as `dxi estimate` would if
         # new
@@ -231,7 +238,11 @@ def main(args: argparse.Namespace, console: Console) -> int:
         bases[m.label] = tokens_basis(
             used.filter(pl.col("label") == m.label),
             dry[m.label],
-            {e: dry[m.label].cached_eval_basis[e] for label, e in unmeasured if label == m.label},
+            {  # (none where an open batch holds its every request: neither cached nor new)
+                e: dry[m.label].cached_eval_basis.get(e, {})
+                for label, e in unmeasured
+                if label == m.label
+            },
         )
     if args.separate:
         chosen = [profiles[a], profiles[a].shifted(args.difference, b)]
@@ -250,6 +261,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
     )
     for entry in doc["models"]:
         entry["tokens_basis"] = bases.get(entry["model"], {})
+        if entry["model"] in dry and dry[entry["model"]].in_open_batches:
+            entry["in_open_batches"] = dry[entry["model"]].in_open_batches
     doc["power"] = quantile
     if args.separate:
         doc["difference"] = args.difference
@@ -414,6 +427,14 @@ def _print(doc: dict, console: Console) -> None:
         )
         if basis:
             console.print(escape(f"  {m['model']}: tokens: {basis}"))
+        if m.get("in_open_batches"):
+            console.print(
+                escape(
+                    f"  {m['model']}: in open batches {m['in_open_batches']:,} (of its requests, "
+                    "held by an earlier `dxi run --batch`'s batches: collected by the next run, "
+                    "paid when their batch ends; counted cached, not new, not in the cost)"
+                )
+            )
         if m.get("exhausted_share"):  # runs that asked everything without settling the model
             console.print(escape(f"  {m['model']}: {exhausted(m['exhausted_share'])}"))
     if doc.get("holds") is not None:
@@ -481,9 +502,10 @@ def footer(doc: dict) -> str:
     parts = [
         questions,
         "requests = questions × epochs",
-        "cached: those the cache holds among the tasks the run asks first (its order, seeded: "
-        "--seed), not sent again; new: the rest, whose tokens and dollars are the cost, as "
-        "`dxi estimate` prices them (the whole cost is `dxi estimate`'s)",
+        "cached: those the cache (or an open batch the provider accepted) holds among the tasks "
+        "the run asks first (its order, seeded: --seed), not sent again; new: the rest, whose "
+        "tokens and dollars are the cost, as `dxi estimate` prices them (the whole cost is "
+        "`dxi estimate`'s)",
         "tokens are the model's mean per request (what its cached replies recorded, and for the "
         "requests the cache does not hold `dxi estimate`'s estimates; each model's sources above: "
         '"bytes / 4" is the size of its prompts, not usage a run records; a reply of 0 tokens, '

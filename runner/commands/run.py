@@ -127,6 +127,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
             + "; ".join(f"{n}: {why}" for n, why in gaps.items())
             + (" (run them all, or drop --until)" if given else " (run them all, or remove until)")
         )
+    plan.check_data()  # a selected evaluation without data: refused, nothing sent
     batch_options = options.batch_options(args)
     if batch_options.deadline is not None and not plan.batch:
         raise UsageError(

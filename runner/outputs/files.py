@@ -4,7 +4,6 @@ terminal's tables are ``runner.outputs.terminal``. Used by ``dxi run`` (after ru
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +20,12 @@ from dxi.scoring.missing import Damaged
 from dxi.scoring.provisional import Tolerance
 from dxi.scoring.records import Summary
 from dxi.scoring.replies import add_replies, set_aside_answers, usage_and_replies
-from dxi.scoring.scored import ScoredRun
+from dxi.scoring.scored import Scored, ScoredRun
 from dxi.scoring.ties import add_ties, rounded_counts, tie_counts
 
 from .adaptive import attach, hint_unfinished, recorded, unfinished
 from .provenance import provenance
+from .staging import Staging
 
 
 def score(
@@ -44,19 +44,20 @@ def score(
 ) -> Summary:
     """Score ``models`` (``scoring.MODELS_SCHEMA`` rows, plus an optional ``epochs`` column: a
     model's own number of epochs, else ``epochs``) from the cache over the suite's tasks, write
-    ``out/summary.json`` and ``out/answers.parquet`` (each written to a temporary name, then
-    renamed) and return the summary. ``requests`` is each model's request counts from a run; None
-    (cache-only scoring) counts the requests found in the cache instead, with ``sent`` = 0.
-    ``prices`` (label -> USD per million input and output tokens; None or absent: no price) make the
-    usage blocks' costs (``batch_prices``: of the requests a provider batch answered; default half,
-    ``scoring.cost.batch_price``); ``extra`` sets the summary's optional fields (``cost_bound``,
-    ``stopped_providers``: ``scoring.records.Summary``; its ``provenance`` is added to the
-    provenance block: ``selection_differs``, ``runner.rescore``); ``tolerance`` is
-    ``--allow-failed``'s (``scoring.provisional``); ``entries`` (label -> {field: value}) sets model
-    entries' optional fields (an adaptive run's ``adaptive`` blocks, ``runner.adaptive``); ``parts``
-    (label -> evaluation -> task ids: ``Rounds.parts``) scores each model of an adaptive run over
-    the part it was asked (``scoring.adaptive.asked_part``; the cache alone: the parts its record in
-    the cache folder gives, ``runner.outputs.adaptive.recorded``).
+    ``out/summary.json`` and ``out/answers.parquet`` (staged, then put in place together, an earlier
+    scoring's report taken away: ``runner.outputs.staging``) and return the summary. ``requests`` is
+    each model's request counts from a run; None (cache-only scoring) counts the requests found in
+    the cache instead, with ``sent`` = 0. ``prices`` (label -> USD per million input and output
+    tokens; None or absent: no price) make the usage blocks' costs (``batch_prices``: of the
+    requests a provider batch answered; default half, ``scoring.cost.batch_price``); ``extra`` sets
+    the summary's optional fields (``cost_bound``, ``stopped_providers``:
+    ``scoring.records.Summary``; its ``provenance`` is added to the provenance block:
+    ``selection_differs``, ``runner.rescore``); ``tolerance`` is ``--allow-failed``'s
+    (``scoring.provisional``); ``entries`` (label -> {field: value}) sets model entries' optional
+    fields (an adaptive run's ``adaptive`` blocks, ``runner.adaptive``); ``parts`` (label ->
+    evaluation -> task ids: ``Rounds.parts``) scores each model of an adaptive run over the part it
+    was asked (``scoring.adaptive.asked_part``; the cache alone: the parts its record in the cache
+    folder gives, ``runner.outputs.adaptive.recorded``).
 
     A shard damaged where start-up does not look (outside the index columns) fails here: it is moved
     to the cache's quarantine/ (``Cache.read``) and scoring goes on without it; its answers count as
@@ -91,10 +92,14 @@ def score_all(
     tolerance: Tolerance | None = None,
     entries: dict[str, dict] | None = None,
     parts: dict[str, dict[str, tuple[str, ...]]] | None = None,
+    report: Callable[[Summary, Scored, Path], object] | None = None,
 ) -> ScoredRun:
     """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group
     ones that only the report shows). ``out`` None writes nothing (``dxi export`` writes its own
-    files)."""
+    files). ``report(summary, scored, folder)`` writes the report's files into ``folder`` (the
+    staging folder: ``report.html.write``), put in place with the others. Every output of an
+    earlier scoring that this one does not write (a report, after ``dxi score``) is taken away
+    (``staging``)."""
     summary, scored = summarize(
         cache,
         suite,
@@ -111,19 +116,15 @@ def score_all(
     )
     if out is None:
         return ScoredRun(summary, scored)
-    out.mkdir(parents=True, exist_ok=True)
-    # both written whole under temporary names, then renamed, answers.parquet first: stopped
-    # anywhere (a run's grace period over, ``runner.signals.within``), the files there stay whole
-    tmps = (out / ".answers.parquet.tmp", out / ".summary.json.tmp")
-    try:
-        scoring.export(scored.answers).write_parquet(tmps[0])
-        tmps[1].write_bytes(records.to_json(summary))
-        os.replace(tmps[0], out / "answers.parquet")
-        os.replace(tmps[1], out / "summary.json")
-    except BaseException:
-        for tmp in tmps:
-            tmp.unlink(missing_ok=True)
-        raise
+    # the whole set staged, then put in place in one step (``staging``): stopped anywhere (a
+    # signal, a run's grace period over: ``runner.signals.within``), OUT holds the set it held or
+    # this one, never some of each
+    with Staging(out) as staged:
+        scoring.export(scored.answers).write_parquet(staged.path("answers.parquet"))
+        staged.path("summary.json").write_bytes(records.to_json(summary))
+        if report is not None:
+            report(summary, scored, staged.dir)
+        staged.commit()
     return ScoredRun(summary, scored)
 
 

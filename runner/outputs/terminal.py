@@ -24,6 +24,7 @@ from dxi.scoring.stopped_pairs import ANYTIME, NOT_CLAIMED, NOT_VALID
 from dxi.scoring.summary import signed
 
 from .history import batch_spend
+from .legend import index_legend
 
 
 def _fmt(value: float | None) -> str:
@@ -252,8 +253,9 @@ def print_estimate(doc: dict, console: Console) -> None:
             why = ", ".join(f"{r} ({n})" for r, n in m["reasons"].items())
             console.print(escape(f"  {m['model']}: new because: {why}"), highlight=False)
         notes = [  # requests of batches: one the provider may not have, those it holds
-            "batch not confirmed: a run killed before the provider answered its create; the next "
-            "run asks it and sends only what it did not get (cost and at most may overstate)"
+            "batch not confirmed: a run was killed before it recorded the provider's reply to its "
+            "create, so the batch may exist; the next run asks the provider, collects that batch if "
+            "it was made and sends only what it did not get (cost and at most may overstate)"
         ] * bool(m["reasons"].get("batch not confirmed"))
         if m.get("in_open_batches"):
             notes.append(
@@ -376,7 +378,7 @@ def _index_tables(summary: Summary, keys: list[str]) -> list[Table | Group]:
 def _rank(m: ModelEntry) -> str:
     """A model's rank by the index with its 95% interval over the resamples: "2 [1–3]" (— without
     one); "2* [1–3]" (``provisional.MARK``) when its index is provisional, as the index is marked:
-    the rank is of that index (its interval covers every rank the index's bounds allow)."""
+    a rank by its lowest bound (its interval covers every rank the index's bounds allow)."""
     if unset(m.rank) is None:
         return "—"
     low, high = m.rank_ci
@@ -491,6 +493,7 @@ def print_summary(
     )
     console.print(_fitted(console, _index_tables(summary, keys)))
     _legend(console, names, keys)
+    console.print(index_legend(summary), highlight=False, markup=False)
     groups = summary.ranking.groups if summary.ranking else []
     if sum(map(len, groups)) > 1:
         key_of = dict(zip(names, keys, strict=True))

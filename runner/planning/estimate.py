@@ -22,9 +22,10 @@ killed or interrupted: ``held``, the keys ``runner.open_batches.held`` reads fro
 ledger) is not new when the provider accepted that batch: the next run collects its result from it
 and sends it nowhere, and it is paid when the batch ends, whatever this run's bound. It is counted
 apart (``in_open_batches``), not priced in the expected cost nor in ``bound_usd``, and has no
-reason. One whose batch was recorded but got no reply to its create (a kill in between) may never
-have reached the provider (the next run asks it: found, collected; not found, sent): it stays new,
-priced, so ``at most`` stays a bound, its reason ``batch not confirmed`` (before all others).
+reason. One whose batch was recorded but not the provider's reply to its create (a kill in between,
+before or after the create) may or may not be at the provider (the next run asks it: found,
+collected; not found, sent): it stays new, priced, so ``at most`` stays a bound, its reason
+``batch not confirmed`` (before all others).
 
 Expected tokens (``runner.planning.tokens.TokenEstimate``): input = request bytes / 4 × the
 tokens-per-byte ratio that the cache's replies of the same model and evaluation reported, else those

@@ -73,16 +73,25 @@ def output_file(path: Path, flag: str) -> None:
         ) from None
 
 
-def cache_to_read(path: Path, flag: str = "--cache-dir") -> None:
+def no_cache(path: Path) -> UsageError:
+    """The usage error (exit code 2) of a command that reads a cache folder that is not there
+    (``dxi score``, ``report``, ``view``, ``export``, ``dxi batches list|cancel|resume``)."""
+    return UsageError(f"no cache at {path}: run `dxi run` first, or pass --cache-dir")
+
+
+def cache_to_read(path: Path, flag: str = "--cache-dir", required: bool = False) -> None:
     """A cache a command reads (``dxi estimate``, ``dxi batches list``): UsageError (exit code 2)
-    when a file is where the folder, or one of its parents, should be. Nothing is created."""
+    when a file is where the folder, or one of its parents, should be, or with ``required`` when
+    the folder is not there (``no_cache``). Nothing is created."""
     for part in (path, *path.parents):
         if part.exists():
             if not part.is_dir():
                 raise UsageError(
                     f"{flag} {path}: cannot be the cache ({part} is a file, not a folder)"
                 )
-            return
+            break
+    if required and not path.is_dir():
+        raise no_cache(path)
 
 
 def cache_folder(path: Path, flag: str = "--cache-dir") -> None:

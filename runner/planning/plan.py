@@ -198,6 +198,30 @@ class Plan:
                 raise UsageError(f"--model {m.label}: {problem}")
             raise UsageError(config.located(self.source, ("models", i, "model"), problem))
 
+    def check_data(self) -> None:
+        """Raise UsageError when an evaluation the run selects (every one unless ``--evals`` or the
+        run file's ``[evals] select`` leaves it out) has no data: its figures and the Decision Index
+        would be missing while the run reads as done. The message names each such evaluation, the
+        file looked for and the folder (``Suite.no_data``), and the ``--evals`` that runs the
+        others. ``dxi plan`` (which needs all four) reads the same ``Suite.no_data``."""
+        missing = self.suite.no_data()
+        if not missing:
+            return
+        others = [n for n in self.suite.selected() if n not in missing]
+        rest = (
+            f"; to run the others alone: --evals {','.join(others)}"
+            + ("" if self.source is None else f" (or [evals] select in {self.source})")
+            if others
+            else ""
+        )
+        raise UsageError(
+            f"no data for {', '.join(missing)}, which the run selects: "
+            + "; ".join(missing.values() if len(missing) == 1 else map(": ".join, missing.items()))
+            + ". Nothing was sent (the Decision Index needs all four evaluations). Put the file "
+            "there or name it (--data-dir DIR; --omniscience, --hle, --when2call or "
+            f"--wildguardtest FILE; `dxi data check` lists what is found){rest}"
+        )
+
     def check_cost_bound(self) -> None:
         """Under a cost bound every model needs a price (a model on this machine is free by default)
         and, when its output tokens are priced, a cap on them (``max_tokens`` or the like);

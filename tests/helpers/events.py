@@ -14,7 +14,12 @@ which watches a few points of dxi's own code and appends one JSON line per occur
   units per second (``runner.sending.limits.Pacer.reserve``: a run without a coordinator, or one
   fallen back from it), ``turn`` being when they may go on that process's monotonic clock (seconds).
 
-``kill_at="compaction:2"`` kills the process (SIGKILL) right after the 2nd occurrence is written, so
+* ``["committing", n, pid, moved]``: a scoring's outputs are being put in place: the earlier ones
+  (``moved``, their names) moved out of ``OUT``, the new ones not yet renamed in
+  (``runner.outputs.staging._clear`` returned, inside the step that holds signals).
+
+``kill_at="compaction:2"`` kills the process (SIGKILL) right after the 2nd occurrence is written
+(``"committing:1/INT"``: sends it SIGINT, a Ctrl-C, instead), so
 a kill test chooses its kill points from the run's events instead of a random delay, and ``reached``
 proves each was reached. Batch mode has its own named steps for that (``DXI_FAILPOINT``,
 ``runner.batch.failpoint``).

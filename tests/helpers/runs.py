@@ -24,7 +24,7 @@ from dxi.adapters import Limits
 from dxi.cache import Cache
 from dxi.cache.layout import read_nested
 from dxi.cache.schema import SCHEMA
-from dxi.evals import Suite, discover
+from dxi.evals import EVALS, Suite, discover
 from dxi.runner import session
 from dxi.runner.planning import plan
 from dxi.runner.sending.scheduler import run
@@ -151,9 +151,16 @@ def copy_model(cache_dir: Path, model: str, eval_name: str, n: int) -> str:
 def write_run_file(
     tmp: Path, providers: dict[str, tuple[str, int]], models: list[dict], **top: object
 ) -> Path:
-    """A run file in ``tmp``: ``providers`` name -> (url, rpm); ``models`` as TOML inline values."""
+    """A run file in ``tmp``: ``providers`` name -> (url, rpm); ``models`` as TOML inline values.
+    Its ``[evals] select`` names the evaluations ``tmp/data`` holds when it does not hold all four
+    (``select_flags``: ``dxi run`` refuses a selected evaluation without data)."""
     lines = ['data_dir = "data"', 'cache_dir = "cache"', 'out = "out"']
     lines += [f"{k} = {orjson.dumps(v).decode()}" for k, v in top.items()]
+    chosen = held(tmp / "data")
+    if (tmp / "data").is_dir() and len(chosen) < len(EVALS):
+        evals = ["[evals]", f"select = {orjson.dumps(chosen).decode()}", ""]
+    else:
+        evals = []
     for name, (url, rpm) in providers.items():
         lines += [
             f"[providers.{name}]",
@@ -173,7 +180,7 @@ def write_run_file(
             )
             lines.append(f"{k} = {value}")
     path = tmp / "run.toml"
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines + evals) + "\n")
     return path
 
 
@@ -197,7 +204,10 @@ def dxi_args(
     """The arguments (after ``dxi``) of ``dxi run`` (or ``command``: ``score``, ``estimate``...) of
     ``models`` (model strings, one ``--model`` each, in order; none: no ``--model``) on the data dir
     ``data``, caching in ``cache`` and writing ``out`` (None: no ``--out``, as ``dxi estimate``
-    takes none), then the flags ``extra`` as given: for ``dxi.runner.cli.main`` in this process."""
+    takes none), then the flags ``extra`` as given: for ``dxi.runner.cli.main`` in this process.
+    ``dxi run`` and ``estimate`` of a folder without all four evaluations select those it holds
+    (``select_flags``), unless ``extra`` selects."""
+    chosen = command in ("run", "estimate") and not any(str(x).startswith("--evals") for x in extra)
     return [
         command,
         *(flag for model in models for flag in ("--model", model)),
@@ -206,8 +216,24 @@ def dxi_args(
         "--cache-dir",
         str(cache),
         *(() if out is None else ("--out", str(out))),
+        *(select_flags(data) if chosen else ()),
         *extra,
     ]
+
+
+def held(data: Path) -> list[str]:
+    """The evaluations whose files the data folder ``data`` holds (``evals.discover``), in index
+    order."""
+    return [name for name, found in discover(data).items() if found.file is not None]
+
+
+def select_flags(data: Path) -> list[str]:
+    """``--evals`` naming the evaluations ``data`` holds when it does not hold all four (the
+    synthetic folders hold When2Call only: ``helpers.synthetic.data_dir``), else nothing: ``dxi
+    run`` and ``dxi estimate`` refuse a selected evaluation without data
+    (``Plan.check_data``)."""
+    names = held(data)
+    return [] if len(names) == len(discover(data)) else ["--evals", ",".join(names)]
 
 
 def dxi_command(*args: Any, **options: Any) -> list[str]:

@@ -52,12 +52,14 @@ def conforms(value: Any, tp: Any, path: str = "$") -> list[str]:
         hints = typing.get_type_hints(tp, include_extras=True)
         problems = [f"{path}.{k}: not a field of {tp.__name__}" for k in value if k not in hints]
         # required keys from the hints themselves (the SDKs' string annotations hide Required from
-        # __required_keys__)
+        # __required_keys__), and those of a total class among its bases (__required_keys__: the
+        # keys a base with total=False declares, inherited by a total subclass such as
+        # CompletionCreateParamsStreaming, stay optional)
         required = [
             k
             for k, h in hints.items()
             if typing.get_origin(h) is typing.Required
-            or (tp.__total__ and typing.get_origin(h) is not typing.NotRequired)
+            or (k in tp.__required_keys__ and typing.get_origin(h) is not typing.NotRequired)
         ]
         problems += [f"{path}.{k}: required by {tp.__name__}" for k in required if k not in value]
         for k, v in value.items():

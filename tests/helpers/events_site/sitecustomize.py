@@ -30,8 +30,9 @@ def event(name: str, *data: object) -> None:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
-    if KILL_AT == f"{name}:{n}":
-        os.kill(os.getpid(), signal.SIGKILL)
+    point, _, how = (KILL_AT or "").partition("/")  # "<event>:<n>[/INT]": SIGINT instead
+    if point == f"{name}:{n}":
+        os.kill(os.getpid(), signal.SIGINT if how == "INT" else signal.SIGKILL)
 
 
 def _layout(module) -> None:
@@ -84,10 +85,23 @@ def _store(module) -> None:
     cls.append_many = watched
 
 
+def _staging(module) -> None:
+    clear = module._clear
+
+    @functools.wraps(clear)
+    def watched(*args, **kwargs):
+        moved = clear(*args, **kwargs)
+        event("committing", moved)
+        return moved
+
+    module._clear = watched
+
+
 WATCH = {
     "layout": _layout,
     "limits": _limits,
     "shared_limits": _shared_limits,
+    "staging": _staging,
     "store": _store,
 }  # by the module's last name (dxi.cache.layout, ...)
 
