@@ -382,6 +382,12 @@ class Adapter(abc.ABC):
         network."""
         return None
 
+    def unknown_model(self) -> str | None:
+        """The part of ``missing_setup`` that is the input's fault, not this machine's: a model
+        name that is none of the adapter's models (a typo), as the message ``start`` will give; None
+        otherwise (``runner.planning.plan.Plan.check_models``: bad input, exit 2)."""
+        return None
+
     async def start(self) -> None:
         """Prepare for sending; raises Fatal when the model cannot be used (unknown, no key),
         ProviderStop (cause ``UNREACHABLE``) when its server cannot be reached."""

@@ -53,6 +53,9 @@ class Embedded(SystemOne):
         return ENDPOINT  # in-process, no server: the endpoint its cache keys have always had
 
     def missing_setup(self) -> str | None:
+        return self.unknown_model()
+
+    def unknown_model(self) -> str | None:
         """An unknown model (sparrow-decider has no such file), naming those it has; None when it is
         there."""
         from sparrow_decider import available_models

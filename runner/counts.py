@@ -94,7 +94,8 @@ def counts(
         {label: s.refused for label, s in stats.items()},
     )
     earlier = sum(getattr(s, "from_earlier_usd", 0.0) for s in stats.values())
-    bound = None if max_cost is None else bound_block(budget, remaining, earlier)
+    held = sum(getattr(s, "open_reserved_usd", 0.0) for s in stats.values())
+    bound = None if max_cost is None else bound_block(budget, remaining, earlier, held)
     return Counts(requests_block(stats), bound, stopped)
 
 
@@ -115,7 +116,9 @@ def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
     their ``batches`` block too. A run cut short (a second signal, the end of ``--grace``) adds
     ``abandoned`` ({``requests``, ``cost_at_reservation_usd``}: the requests sent it left on the
     wire, counted in ``sent``, and their part of ``cost_usd``, null where that is) when there are
-    some, and ``incomplete`` (``INCOMPLETE``) when the model's rest was not all counted."""
+    some, and ``incomplete`` (``INCOMPLETE``) when the model's rest was not all counted. A run the
+    cache stopped (it could not be written) adds ``unstored`` ({``requests``, ``cost_usd``}: replies
+    paid for that could not be stored, counted in ``sent`` and ``cost_usd``) when there are some."""
     blocks = {}
     for label, s in stats.items():
         block = {
@@ -141,6 +144,9 @@ def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
         if s.abandoned:
             usd = None if block["cost_usd"] is None else round(s.abandoned_usd, 6)
             block["abandoned"] = {"requests": s.abandoned, "cost_at_reservation_usd": usd}
+        if s.unstored:  # paid for, but the cache could not store them (a full disk)
+            usd = None if block["cost_usd"] is None else round(s.unstored_usd, 6)
+            block["unstored"] = {"requests": s.unstored, "cost_usd": usd}
         if s.uncounted:
             block["incomplete"] = list(INCOMPLETE)
         if isinstance(s, BatchStats):
@@ -157,6 +163,15 @@ def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
                 "duplicate_results": s.duplicate_results,
                 "unanswered": s.unanswered,
             }
+            if s.earlier_entries:  # whose batches: their runs' lines list them under ``open``
+                block["batches"]["from_earlier_entries"] = sorted(s.earlier_entries)
+            if s.open_requests:  # committed under this run's bound; collected by a later run
+                block["batches"]["open"] = {
+                    "entries": sorted(s.open_entries),
+                    "requests": s.open_requests,
+                    "answers": s.open_answers,
+                    "reserved_usd": (None if s.cost_usd is None else round(s.open_reserved_usd, 6)),
+                }
         blocks[label] = block
     return blocks
 
@@ -170,13 +185,18 @@ def batch_outcome(stats: Mapping[str, Stats]) -> tuple[bool, bool]:
     )
 
 
-def bound_block(budget: Budget, remaining: list[Estimate] | None, earlier: float = 0.0) -> dict:
+def bound_block(
+    budget: Budget, remaining: list[Estimate] | None, earlier: float = 0.0, held: float = 0.0
+) -> dict:
     """summary.json's ``cost_bound``: the bound, what this run spent (``cost_at_reservation_usd``:
     the part of it charged at reservation because the cost is unknown, ``Budget.keep``, only when
     not 0, as in a model's ``requests`` block), whether it stopped, ``spent_by_all_usd`` for a
     bound shared through ``--coordinator``, what remains; ``earlier_batches_usd`` when this run
-    collected batches an earlier run submitted (``earlier``: what their answers cost, that run's
-    spend, not under this bound)."""
+    collected batches an earlier run submitted (``earlier``: what their answers cost, paid under
+    that run's bound, not this one's); ``open_batches_usd`` when this run left batches open (a
+    stop: ``held``, what their reservations held under this bound, at most their cost; not in
+    ``spent_usd``: the run that collects them records what they cost in its
+    ``earlier_batches_usd``)."""
     block: dict = {"max_cost_usd": budget.max_usd, "spent_usd": round(budget.spent, 6)}
     at_reservation = round(budget.spent_at_reservation, 6)
     if at_reservation:
@@ -186,6 +206,8 @@ def bound_block(budget: Budget, remaining: list[Estimate] | None, earlier: float
         block["spent_by_all_usd"] = round(budget.spent_by_all_usd, 6)
     if earlier:
         block["earlier_batches_usd"] = round(earlier, 6)
+    if held:
+        block["open_batches_usd"] = round(held, 6)
     if remaining is not None:
         total = _estimate.totals(remaining)
         block |= {

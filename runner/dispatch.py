@@ -99,6 +99,8 @@ def merged(parts: Sequence[Stats]) -> Stats:
         values = [getattr(b, f.name) for b in batches]
         if f.name == "running":
             out.running = {k: v for b in batches for k, v in b.running.items()}
+        elif f.name in ("open_entries", "earlier_entries"):
+            setattr(out, f.name, set().union(*values))
         elif f.name in ("in_batch", "stopped"):
             setattr(out, f.name, next((v for v in reversed(values) if v), values[-1]))
         else:

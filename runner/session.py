@@ -19,7 +19,7 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 from dxi import adapters
-from dxi.cache import Cache
+from dxi.cache import Cache, CacheWriteError
 from dxi.cache.store import prepare_compaction
 from dxi.evals import EVALS
 from dxi.lazy import LazyModule
@@ -125,8 +125,10 @@ def run(
     Raises ``UsageError`` (an adapter that cannot start, two models with one name),
     ``signals.Interrupted`` or ``KeyboardInterrupt`` (stopped by a signal: everything that arrived
     is cached; once drained, what arrived is scored into ``plan.out`` as well, marked
-    ``interrupted``, if the grace period leaves the time: ``Interrupted.summary``) and
-    ``cache.CacheWriteError`` (the cache could not be written)."""
+    ``interrupted``, if the grace period leaves the time: ``Interrupted.summary``; stopped while
+    scoring, once every request was sent: a ``KeyboardInterrupt`` whose ``counts`` are the run's)
+    and ``cache.CacheWriteError`` (the cache could not be written; its ``counts``, when it stopped
+    the sending: what was sent and spent by then, ``runner.counts``)."""
     dist = dist if dist is not None else distributed.setup(None, plan, sending=True)
     budget = dist.budget(plan.max_cost)
     rounds = None
@@ -170,12 +172,14 @@ def run(
                 on_summary(stop.summary)
             raise
         counted_ = counts(stats, plan.models, budget, plan.max_cost, limiters, remaining)
-        summary = _scored(plan, cache, counted_, rounds)
-    if on_summary is not None:
-        on_summary(summary)
+        with _keeping(counted_):
+            summary = _scored(plan, cache, counted_, rounds)
+    with _keeping(counted_):  # printing the summary, the uploads
+        if on_summary is not None:
+            on_summary(summary)
+        upload_failed = dist.finish()  # the run ends when its uploads are done
     stopped = counted_.stopped
     extra = counted_.extra()
-    upload_failed = dist.finish()  # the run ends when its uploads are done
     dist.shard_note()
     refused, unanswered = batch_outcome(stats)
     sharded = dist.shard is not None and dist.shard.count > 1
@@ -200,6 +204,17 @@ def run(
         upload_failed,
         code,
     )
+
+
+@contextlib.contextmanager
+def _keeping(counted_: Counts):
+    """A stop once the sending is over (Ctrl-C or SIGTERM while scoring, printing or uploading;
+    a cache that cannot be written) carries the run's counts (``counts``) for its line."""
+    try:
+        yield
+    except (KeyboardInterrupt, CacheWriteError) as stop:
+        stop.counts = counted_  # type: ignore[attr-defined]
+        raise
 
 
 def _scored(
@@ -413,6 +428,12 @@ async def _graceful(
             cut = _dispatch.so_far(stop, plan.models)
             cut_counts = counts(cut, plan.models, budget, plan.max_cost, limiters)
             raise graceful.interrupted(stop.abandoned, cut_counts) from None
+        except CacheWriteError as exc:  # what was sent and spent, paid replies not stored among it
+            cut = _dispatch.so_far(stop, plan.models)
+            for part in cut.values():  # the rest of each model was not counted (``incomplete``)
+                part.uncounted = 1
+            exc.counts = counts(cut, plan.models, budget, plan.max_cost, limiters)
+            raise
     if graceful.signum is not None:  # drained: what each model sent, found cached and left
         done = counts(result[0], plan.models, budget, plan.max_cost, limiters)
         raise graceful.interrupted(stop.abandoned, done)

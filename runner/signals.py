@@ -205,6 +205,13 @@ def resume_message(stop: BaseException, cache_dir: object, grace_s: float) -> tu
     continue.")`` (the requests not sent: ``Interrupted.counts``)."""
     rest = f"Every reply that arrived is in {cache_dir}; rerun the same command to continue."
     if not isinstance(stop, Interrupted):
+        if getattr(stop, "counts", None) is not None:  # cut while scoring (runner.session.run)
+            rest = (
+                f"Every request had been sent and every reply that arrived is in {cache_dir} (the "
+                "run's line in run-history.jsonl has what it sent and spent); the stop came while "
+                "it scored or wrote its results: rerun the same command (it sends only what is "
+                "missing) or dxi score."
+            )
         return f"Interrupted ({describe(received())}).", rest
     head = f"Interrupted ({describe(stop.signum)}):"
     if stop.drained:

@@ -121,7 +121,7 @@ def notes(summary: Summary) -> list[str]:
             + ": its figures are over the answered "
             f"questions{within if spans else ''}; "
             + (
-                f"the next `dxi run` with these options asks for {rerun} of them again"
+                _rerun(rerun, m)
                 if again is None
                 else f"{UNFINISHED} ({again}) continues its sequence (how many of them it "
                 "asks, its rounds decide)"
@@ -142,6 +142,23 @@ def notes(summary: Summary) -> list[str]:
             "explicitly with --allow-failed N (answers per model and evaluation) or a fraction of them."
         )
     return lines
+
+
+def _rerun(rerun: int, m: ModelEntry) -> str:
+    """What the next ``dxi run`` does of a model's ``rerun`` answers: asks for them again, but for
+    those in batches the run left open at the provider (its ``requests.batches.open``, a run
+    stopped after submitting them: the next run collects them, it does not ask for them)."""
+    held = ((unset(m.requests) or {}).get("batches") or {}).get("open") or {}
+    collected = min(rerun, held.get("answers", 0))
+    if not collected:
+        return f"the next `dxi run` with these options asks for {rerun} of them again"
+    told = (
+        f"{collected} of them are in batches still open at the provider, which the next `dxi run` "
+        "collects (it does not ask for them again)"
+    )
+    return told + (
+        f"; it asks for the other {rerun - collected} again" if rerun > collected else ""
+    )
 
 
 def shard_notes(summary: Summary, shard: str) -> list[str]:

@@ -188,9 +188,23 @@ def test_a_stopped_batch_run_counts_the_requests_not_in_a_batch_not_sent(tmp_pat
     r = history["requests"]["openai:m"]
     assert (r["sent"], r["cache_hits"], r["not_sent"], r["refused"]) == (10, 0, 6, 0), r
     assert r["batches"]["running"] == 2
+    # what the two open batches hold: 10 reservations of $200, at most (the old code: nothing)
+    (e1, e2) = r["batches"]["open"].pop("entries")
+    assert r["batches"]["open"] == {"requests": 10, "answers": 10, "reserved_usd": 2000.0}
+    assert (history["cost_bound"]["spent_usd"], history["cost_bound"]["open_batches_usd"]) == (
+        0.0,
+        2000.0,
+    )
+    assert (
+        "10 of them are in batches still open at the provider, which the next `dxi run` collects "
+        "(it does not ask for them again); it asks for the other 6 again"
+    ) in " ".join(out.split())
     last = " ".join(err.split())
     assert "6 request(s) were not sent" in last
-    assert "Open batches keep running at the provider: the next run collects them" in last
+    assert (
+        "Open batches of this run (10 request(s), at most $2000.0000 reserved) keep running at the "
+        "provider: the next run collects them"
+    ) in last
 
 
 @pytest.mark.process
@@ -229,6 +243,88 @@ def test_a_rerun_collecting_an_earlier_runs_batch_keeps_its_cost_out_of_its_own_
     assert (r["sent"], r["cache_hits"], r["not_sent"], r["cost_usd"]) == (0, 0, 0, 16.0)
     assert (r["batches"]["from_earlier_runs"], r["batches"]["from_earlier_runs_usd"]) == (16, 16.0)
     assert "$16.0000 (run $0.0000 of $1; $16.0000 earlier runs' batches)" in out
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_batch_left_open_by_ctrl_c_is_committed_by_its_run_and_costed_once_by_the_collector(
+    tmp_path: Path,
+):
+    """A ``--batch --max-cost 5000`` run submits one batch of 16 requests ($200 reserved each at the
+    batch price: $3,200) and is stopped by Ctrl-C while it runs (8 status reads before it ends); the
+    rerun collects it: 16 answers at $1.00, $16.00.
+
+    Expected, by hand: the first line records what it committed, ``batches.open`` {one entry, 16
+    requests, 16 answers, ``reserved_usd`` $3,200} and ``cost_bound.open_batches_usd`` $3,200, with
+    ``cost_usd`` and ``spent_usd`` $0 (the old code: nothing but ``sent`` 16 and $0); its note says
+    the 16 missing answers are collected by the next run (the old code: "asks for 16 of them
+    again"); the second line records the actual $16.00 in ``cost_usd`` and ``earlier_batches_usd``,
+    naming the same entry in ``from_earlier_entries``, its own ``spent_usd`` $0; the models'
+    ``cost_usd`` over the two lines sum to $16.00; the usage table says both under "this run"."""
+    import signal
+    import time
+
+    data_dir(tmp_path / "data", TASKS)
+    args = [
+        "--max-cost",
+        "5000",
+    ]
+    with serve(model=None, record=False, batch={"polls": 8}) as server:
+        cmd = [DXI, "run", "--data-dir", str(tmp_path / "data"), "--cache-dir"]
+        cmd += [str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
+        cmd += ["--model", f"openai:m@{server.url}/v1", "--param", "max_completion_tokens=1000"]
+        cmd += ["--price", PRICE, "--batch", "--poll", "0.05", "--evals", "when2call", *args]
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+            give_up = time.monotonic() + 60
+            while server.stats()["batch_creates"] < 1 and time.monotonic() < give_up:
+                time.sleep(0.05)
+            p.send_signal(signal.SIGINT)
+            first, err = p.communicate(timeout=60)
+        assert p.returncode == 130, first + err
+        code, second = dxi_run(tmp_path, server.url, *args)
+        stats = server.stats()
+    assert code == 0, second
+    assert (stats["batch_creates"], stats["batch_lines"], stats["batch_answers"]) == (1, 16, 16)
+    one, two = [orjson.loads(line) for line in (tmp_path / "out" / "run-history.jsonl").open()]
+    r1, r2 = one["requests"]["openai:m"], two["requests"]["openai:m"]
+    (entry,) = r1["batches"]["open"]["entries"]
+    assert r1["batches"]["open"] == {
+        "entries": [entry],
+        "requests": 16,
+        "answers": 16,
+        "reserved_usd": 3200.0,
+    }
+    assert (r1["sent"], r1["cost_usd"]) == (16, 0.0)
+    assert one["cost_bound"] == {
+        "max_cost_usd": 5000.0,
+        "spent_usd": 0.0,
+        "stopped": False,
+        "open_batches_usd": 3200.0,
+    }
+    assert (r2["sent"], r2["cost_usd"], r2["batches"]["from_earlier_runs_usd"]) == (0, 16.0, 16.0)
+    assert r2["batches"]["from_earlier_entries"] == [entry]
+    assert "open" not in r2["batches"]
+    assert two["cost_bound"] == {
+        "max_cost_usd": 5000.0,
+        "spent_usd": 0.0,
+        "stopped": False,
+        "earlier_batches_usd": 16.0,
+    }
+    assert r1["cost_usd"] + r2["cost_usd"] == 16.0
+    first = " ".join(first.split())
+    assert (
+        "16 of them are in batches still open at the provider, which the next `dxi run` collects "
+        "(it does not ask for them again)."
+    ) in first
+    assert (
+        "this run, openai:m: 16 request(s) in batches still open at the provider, at most "
+        "$3200.0000 (their reservations), not in this run's cost: the run that collects them "
+        "records what they cost"
+    ) in first
+    assert (
+        "this run, openai:m: $16.0000 of it answered batches earlier runs submitted (paid under "
+        "their bounds, so not in this run's spend of its own: cost_bound.earlier_batches_usd)"
+    ) in second
 
 
 @pytest.mark.process

@@ -628,3 +628,56 @@ def test_the_batch_progress_line_collects_answers_not_failures_and_retries_only_
             "12/12 100% 0 batch(es) open 12 answer(s) collected no price retries 6 429s 0 "
             "invalid replies 0 failed 0 cached 0 batches 2 submitted 0 running 2 done given back 6"
         )
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_full_disk_after_a_batch_is_created_records_it_sent_and_its_reservation_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+):
+    """The ledger's ``submitted`` record of a batch the provider created finds the disk full: the
+    batch exists (the next run finds it by its tag), so its 16 requests are sent, and their
+    reservations under the bound ($200 each at the batch price: 1,000 output tokens at $200,000 per
+    million; $3,200) are what the run committed.
+
+    Expected, by hand: exit code 4; the line records ``sent`` 16 (the old code: 0, and no counts
+    at all before that: ``requests`` null), ``batches.open`` {16 requests, 16 answers,
+    ``reserved_usd`` $3,200}, ``cost_bound.open_batches_usd`` $3,200; the stop's line says so."""
+    import dxi.cache.lines as lines_module
+
+    from .helpers.synthetic import data_dir as synthetic
+
+    class FullDisk:
+        def __getattr__(self, name: str):
+            return getattr(os, name)
+
+        @staticmethod
+        def write(fd: int, data: bytes) -> int:
+            if b'"event":"submitted"' in data:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return os.write(fd, data)
+
+    synthetic(tmp_path / "data", 16)
+    monkeypatch.setattr(lines_module, "os", FullDisk())
+    with serve(model=None, record=False, batch={"polls": 100000}) as server:
+        args = ["--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "cache")]
+        args += ["--out", str(tmp_path / "out"), "--model", f"openai:m@{server.url}/v1"]
+        args += ["--param", "max_completion_tokens=1000", "--price", "openai:m=0/400000"]
+        args += ["--evals", "when2call"]  # the synthetic data: When2Call only
+        code = main(["run", *args, "--batch", *POLL, "--max-cost", "5000", "-q"])
+        assert server.stats()["batch_creates"] == 1
+    assert code == 4
+    (line,) = [orjson.loads(x) for x in (tmp_path / "out" / "run-history.jsonl").open()]
+    r = line["requests"]["openai:m"]
+    (entry,) = r["batches"]["open"]["entries"]
+    assert (r["sent"], r["cost_usd"], r["batches"]["open"]) == (
+        16,
+        0.0,
+        {"entries": [entry], "requests": 16, "answers": 16, "reserved_usd": 3200.0},
+    )
+    assert line["cost_bound"]["open_batches_usd"] == 3200.0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        "This run sent 16 request(s) and spent $0.0000; its open batches (16 request(s), at most "
+        "$3200.0000 reserved) keep running at the provider. Every reply stored"
+    ) in err

@@ -396,27 +396,35 @@ def test_estimate_warns_that_run_will_need_a_missing_api_key(
     assert "not-a-real-key" not in out
 
 
-def test_estimate_warns_of_an_unknown_embedded_model_and_run_refuses_it(
+def test_estimate_and_run_refuse_an_unknown_embedded_model_as_bad_input(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ):
-    assert (
-        main(
-            dxi_args(
-                data_dir,
-                tmp_path / "cache",
-                None,
-                "--json",
-                models=["embedded:nope", "embedded"],
-                command="estimate",
-            )
+    """A model name none of the embedded models' (a typo) is bad input: ``dxi run`` and ``dxi
+    estimate`` exit 2 naming it (the old estimate: exit 0, "dxi run will refuse to start"); from a
+    run file, with the file, the line and the [[models]] table, as the file's other errors."""
+    for command in ("estimate", "run"):
+        args = dxi_args(
+            data_dir, tmp_path / "cache", None, models=["embedded:nope"], command=command
         )
-        == 0
+        assert main(args) == 2
+        assert (
+            f"dxi {command}: error: --model embedded:nope: unknown embedded model 'nope'; "
+            "available: sparrow-nano-general-v1.1, sparrow-nano-robot-v1.2"
+        ) in capsys.readouterr().err
+    path = tmp_path / "run.toml"
+    path.write_text(
+        f'data_dir = "{data_dir}"\ncache_dir = "cache"\n\n[[models]]\nprovider = "embedded"\n'
+        'model = "sparrow-nano-general-v1.1"\n\n[[models]]\nprovider = "embedded"\n'
+        'model = "sparrow-nano-robt-v1.2"\n'
     )
-    problems = orjson.loads(capsys.readouterr().out)["problems"]
-    assert problems == {
-        "embedded:nope": "unknown embedded model 'nope'; available: sparrow-nano-general-v1.1, "
-        "sparrow-nano-robot-v1.2"
-    }
+    for command in ("estimate", "run"):
+        assert main([command, str(path)]) == 2
+        assert " ".join(capsys.readouterr().err.split()) == (
+            f"dxi {command}: error: {path}, line 10: models[1].model (the 2nd [[models]] table): "
+            "unknown embedded model 'sparrow-nano-robt-v1.2'; available: "
+            "sparrow-nano-general-v1.1, sparrow-nano-robot-v1.2"
+        )
+    assert not (tmp_path / "cache").exists()  # refused before anything was opened
 
 
 @pytest.mark.slow

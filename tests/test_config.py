@@ -66,7 +66,35 @@ def test_a_good_file(tmp_path: Path):
         (
             "output = 0.0",
             'output = "free"',
-            "line 22: models[1].price.output (the 2nd [[models]] table): Expected `float`, got `str`",
+            'line 22: models[1].price.output (the 2nd [[models]] table): expected a number, got the string "free"',
+        ),
+        # a type error in the user's terms, not msgspec's (the old: "Expected `int | null`, got
+        # `str`")
+        (
+            "limit = 3",
+            'sample = "100"',
+            'line 6: evals.sample: expected a whole number, got the string "100"',
+        ),
+        (
+            "limit = 3",
+            "limit = 2.5",
+            "line 6: evals.limit: expected a whole number, got the number 2.5",
+        ),
+        ("rpm = 600", "rpm = true", "line 11: providers.local.rpm: expected a number, got true"),
+        (
+            'select = ["when2call"]',
+            'select = "when2call"',
+            'line 5: evals.select: expected a list, got the string "when2call"',
+        ),
+        (
+            "params = { temperature = 0 }",
+            "params = 0",
+            "line 21: models[1].params (the 2nd [[models]] table): expected a table, got the number 0",
+        ),
+        (
+            'provider = "local"\n',
+            "",
+            "line 18: models[1].provider (the 2nd [[models]] table): missing (a required key)",
         ),
         (
             'kind = "systemone"',
@@ -110,7 +138,8 @@ def test_errors_name_the_key_and_line(tmp_path: Path, old: str, new: str, messag
     path = write(tmp_path, GOOD.replace(old, new, 1))
     with pytest.raises(ConfigError) as err:
         load(path)
-    assert str(err.value).startswith(f"{path}, ") and message in str(err.value)
+    assert str(err.value).startswith(f"{path}, ") and message in str(err.value), str(err.value)
+    assert "Expected `" not in str(err.value)
 
 
 BAD_NUMBERS = [
@@ -144,7 +173,8 @@ def test_every_limit_of_a_provider_table_refuses_zero_negative_nan_infinite_and_
         err.value
     )  # a whole number's key given NaN, infinite or a decimal: msgspec's own type error
     assert f"line {line}: providers.local.{key}: " in message, message
-    assert ": must be " in message or "Expected `int | null`, got `float`" in message, message
+    number = f"expected a whole number, got the number {float(value)!r}"  # said in user's terms
+    assert ": must be " in message or number in message, message
 
 
 @pytest.mark.parametrize(

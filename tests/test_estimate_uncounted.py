@@ -21,7 +21,11 @@ URL = "http://127.0.0.1:9"  # nothing listens: the estimate warns, sends nothing
 FAKE = f"systemone:fake@{URL}"
 PRICED = ["--price", "systemone:fake=1/0"]  # $1 per million input tokens
 EVALS = ("aa_omniscience_decision", "hle_multichoice", "when2call", "wildguardtest")
-NOT_COUNTED = "bytes / 4 (the cached replies reported 0 tokens: a server that counts none)"
+NOT_COUNTED = "bytes / 4 (this model's cached replies reported 0 tokens: a server that counts none)"
+OTHERS_NOT_COUNTED = (  # the zero-token replies are another model's: said so, not as fake's own
+    "bytes / 4 (no usage of this model in the cache yet; other systemone models' cached replies "
+    "reported 0 tokens: a server that counts none)"
+)
 NO_USAGE = "bytes / 4 (no usage in the cache yet)"
 OTHERS = "estimated from other systemone models' cached usage"
 
@@ -79,7 +83,7 @@ def test_replies_of_zero_tokens_teach_the_estimate_nothing(
         opened.append_many(_zero("sparrow"))
     other = _estimate(where, capsys)
     assert {k: other[k] for k in figures} == {k: empty[k] for k in figures}
-    assert other["basis"] == {NOT_COUNTED: 12}
+    assert other["basis"] == {OTHERS_NOT_COUNTED: 12}
     # ... nor fake's own replies of 0 tokens (other tasks)
     with Cache(cache) as opened:
         opened.append_many(_zero("fake"))
@@ -128,7 +132,7 @@ def test_the_terminal_says_where_the_figure_comes_from(
     where = ["--data-dir", str(data_dir), "--cache-dir", str(cache)]
     assert main(["estimate", "--model", FAKE, *PRICED, *where]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert f"systemone:fake: tokens: {NOT_COUNTED} (12)" in out
+    assert f"systemone:fake: tokens: {OTHERS_NOT_COUNTED} (12)" in out
     assert "estimated from other" not in out and "$0.0000" not in out
 
 
@@ -152,7 +156,7 @@ def test_a_plan_is_not_priced_from_replies_of_zero_tokens(
         opened.append_many(_zero("sparrow"))
     after = _plan(where, capsys)
     assert after["adaptive"] == empty["adaptive"] and after["whole"] == empty["whole"]
-    assert after["tokens_basis"] == {NOT_COUNTED: 12}
+    assert after["tokens_basis"] == {OTHERS_NOT_COUNTED: 12}
 
 
 async def test_a_priced_model_whose_server_counts_no_tokens_is_planned_at_its_bytes(
@@ -185,13 +189,13 @@ async def test_a_priced_model_whose_server_counts_no_tokens_is_planned_at_its_by
     assert empty["adaptive"]["cost_usd"] > 0 and empty["adaptive"]["new_requests"] == 12
     assert (after["adaptive"]["cost_usd"], after["adaptive"]["cached_requests"]) == (0.0, 12.0)
     assert after["whole"]["cost_usd"] == 0.0
-    assert after["tokens_basis"] == {NOT_COUNTED: 12}
+    assert after["tokens_basis"] == {NOT_COUNTED: 12}  # sparrow's own replies
     sizes = _bytes(data_dir, cache)
     fake = await asyncio.to_thread(
         _estimate, ["--data-dir", str(data_dir), "--cache-dir", str(cache)], capsys
     )
     assert (fake["input_tokens"], fake["output_tokens"]) == (round(sum(sizes.values()) / 4), 18)
-    assert fake["basis"] == {NOT_COUNTED: 12}
+    assert fake["basis"] == {OTHERS_NOT_COUNTED: 12}  # sparrow's replies, not fake's
 
 
 async def test_a_plan_names_a_system_one_model_as_its_server_does(

@@ -167,8 +167,8 @@ def test_a_folder_that_cannot_take_the_line_costs_a_warning(
 
 
 def test_a_run_stopped_before_scoring_has_a_line_without_counts(tmp_path: Path):
-    """Ctrl-C, SIGTERM or a cache that cannot be written: the run scores nothing, so its line says
-    how it ended and what it selected, with no counts (null, never zeros)."""
+    """Ctrl-C or SIGTERM before its counts were known (while it planned): its line says how it
+    ended and what it selected, with no counts (null, never zeros)."""
     from dxi.runner.cli import parser
     from dxi.runner.commands import options
 
@@ -197,3 +197,97 @@ def test_a_run_stopped_before_scoring_has_a_line_without_counts(tmp_path: Path):
         "stopped_providers": [],
         "requests": None,
     }
+
+
+async def test_a_run_stopped_while_scoring_keeps_what_it_sent_and_spent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+):
+    """Ctrl-C once every request was sent, while the run scores: the sending is over, so its line
+    has its counts and spend. 24 When2Call requests, each one question; the fake reports 1 output
+    token per question, priced $1,000,000 per million (input free): $1.00 a request.
+
+    Expected, by hand: exit code 130; ``sent`` 24, ``not_sent`` 0, ``cost_usd`` $24.00,
+    ``cost_bound`` {$100, spent $24.00, not stopped} (the old code: ``requests`` and ``cost_bound``
+    null, so no line ever had the $24); the last line says every request had been sent."""
+    from dxi.runner import session
+
+    def cut(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    data_dir(tmp_path / "data", TASKS)
+    out = tmp_path / "out"
+    async with FakeProvider(model=None) as server:
+        model = f"systemone:m1@{server.url}"
+        flags = ["--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "cache")]
+        flags += ["--out", str(out), "--model", model, "--price", f"{model}=0/1000000"]
+        flags += ["--evals", "when2call"]  # the synthetic data: When2Call only
+        monkeypatch.setattr(session, "_scored", cut)
+        code = await asyncio.to_thread(main, ["run", *flags, "--max-cost", "100", "-q"])
+        assert server.stats()["arrivals"] == TASKS
+    assert code == 130
+    (line,) = _lines(out / "run-history.jsonl")
+    block = line["requests"]["systemone:m1"]
+    assert (block["sent"], block["cache_hits"], block["not_sent"], block["cost_usd"]) == (
+        TASKS,
+        0,
+        0,
+        24.0,
+    )
+    assert line["cost_bound"] == {"max_cost_usd": 100.0, "spent_usd": 24.0, "stopped": False}
+    assert (line["outcome"], line["stopped_providers"]) == ("interrupted", [])
+    err = " ".join(capsys.readouterr().err.split())
+    assert "Interrupted (Ctrl-C). Every request had been sent and every reply that arrived" in err
+
+
+async def test_a_run_the_cache_stops_records_what_it_sent_and_the_replies_it_could_not_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+):
+    """A full disk (as ``tests/test_cli.py`` makes one): the 6th row's write(2) takes half of it,
+    then the disk refuses. One request at a time, $1.00 each (as above), under a bound of $100.
+
+    Expected, by hand: exit code 4; the line records ``sent`` 6 and ``cost_usd`` $6.00, of which
+    the 6th reply, paid for and not stored, is ``unstored`` {1, $1.00}, and the rest of the model
+    ``incomplete``; ``cost_bound`` spent $6.00 (the old code: ``requests`` and ``cost_bound`` null,
+    and the $1.00 paid for a reply lost silently); the stop's line says what was sent and spent."""
+    import os
+
+    from dxi.cache import store
+
+    calls = []
+
+    def full_after_five(fd: int, data: bytes) -> int:
+        calls.append(len(data))
+        if len(calls) <= 5:
+            return os.write(fd, data)
+        if len(calls) == 6:
+            return os.write(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    data_dir(tmp_path / "data", TASKS)
+    out = tmp_path / "out"
+    async with FakeProvider(model=None) as server:
+        model = f"systemone:m1@{server.url}"
+        flags = ["--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "cache")]
+        flags += ["--out", str(out), "--model", model, "--price", f"{model}=0/1000000"]
+        flags += ["--evals", "when2call"]  # the synthetic data: When2Call only
+        monkeypatch.setattr(store, "_write", full_after_five)
+        code = await asyncio.to_thread(
+            main, ["run", *flags, "--max-cost", "100", "--max-in-flight", "1", "-q"]
+        )
+        assert server.stats()["arrivals"] == 6
+    assert code == 4
+    (line,) = _lines(out / "run-history.jsonl")
+    block = line["requests"]["systemone:m1"]
+    assert (block["sent"], block["cost_usd"], block["unstored"]) == (
+        6,
+        6.0,
+        {"requests": 1, "cost_usd": 1.0},
+    )
+    assert block["incomplete"] == ["cache_hits", "not_sent"]
+    assert line["cost_bound"] == {"max_cost_usd": 100.0, "spent_usd": 6.0, "stopped": False}
+    assert line["outcome"] == "cache_write_failed"
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        "This run sent 6 request(s) and spent $6.0000; 1 of them ($1.0000) were paid for but "
+        "could not be stored: the next run sends them again. Every reply stored before it is in"
+    ) in err

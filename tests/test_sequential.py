@@ -544,7 +544,9 @@ def test_plan_tokens_of_the_embedded_model_say_their_source_and_agree_with_estim
     recorded = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())["models"][0]
     assert main(plan_args) == 0
     after = orjson.loads(capsys.readouterr().out)["models"][0]
-    uncounted = "bytes / 4 (the cached replies reported 0 tokens: a server that counts none)"
+    uncounted = (
+        "bytes / 4 (this model's cached replies reported 0 tokens: a server that counts none)"
+    )
     assert after["tokens_basis"] == {uncounted: 12}
     # the 12 requests cached: none sent again (the embedded model has no price: no cost)
     same = ("requests", "input_tokens", "output_tokens", "cost_usd", "batch_cost_usd")

@@ -112,6 +112,7 @@ class Collecting:
                         stored += len(rows)
                         if entry.id not in self.fresh:
                             self.stats.from_earlier += len(rows)
+                            self.stats.earlier_entries.add(entry.id)
                         actual += sum(cost.usd for *_, cost in rows)
             except BatchLost as exc:  # past the provider's retention: its requests are given back
                 gone = exc

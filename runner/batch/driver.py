@@ -80,7 +80,7 @@ from itertools import chain, islice
 from dxi.adapters import AdapterError, Fatal, Request
 from dxi.adapters.batches import FAILED as FAILED_BATCH
 from dxi.adapters.batches import BatchAPI, BatchLost, BatchStatus
-from dxi.cache import Cache
+from dxi.cache import Cache, CacheWriteError
 from dxi.cache.ledger import Ledger
 from dxi.evals import Suite, Task
 
@@ -242,6 +242,11 @@ class ModelBatches(Submitting, Collecting):
                         await streaming
             if streaming.done() and not streaming.cancelled() and streaming.exception() is not None:
                 raise streaming.exception()
+        except CacheWriteError:  # a full disk: what this run's open batches hold is committed
+            self._count_cut()
+            with contextlib.suppress(OSError):
+                self._release(self.ledger.claimed(self.identity))
+            raise
         finally:
             if self.resubmitting is not None and not self.resubmitting.done():
                 self.resubmitting.cancel()
@@ -255,9 +260,22 @@ class ModelBatches(Submitting, Collecting):
         gone = [k for k in self.waiting if k not in still and not self.cache.has(k)]
         self.left += [self.waiting.pop(k) for k in gone]
         self.refused_left = len(self.refused.intersection(gone))
-        for key in list(self.reserved):
-            self.budget.settle(self.reserved.pop(key), 0.0)
+        self._release(still)
         return self.left
+
+    def _release(self, claimed: dict[str, str]) -> None:
+        """The run ends (or a stop cut it): every reservation still held is released, and those of
+        the requests in this run's batches still open (``claimed``: key -> entry, the ledger's) are
+        recorded as what the run committed (``BatchStats.open_*``: at most their cost; the run
+        that collects them records what they cost, ``from_earlier_usd``)."""
+        for key in list(self.reserved):
+            reserved = self.reserved.pop(key)
+            self.budget.settle(reserved, 0.0)
+            if key in claimed and key in self.waiting and not self.cache.has(key):
+                self.stats.open_entries.add(claimed[key])
+                self.stats.open_requests += 1
+                self.stats.open_answers += len(self.waiting[key][0].questions)
+                self.stats.open_reserved_usd += reserved
 
     # ---- streaming and submitting -------------------------------------------------------------
     async def _stream(self) -> None:
@@ -319,6 +337,16 @@ class ModelBatches(Submitting, Collecting):
         finally:
             self.wake.set()
 
+    def _count_cut(self):
+        """The batch whose submission a stop (or a full disk) cut, taken off (None: none): its
+        requests counted ``sent`` once its create went out (the batch may exist)."""
+        cut, self.submitting = self.submitting, None
+        if cut is not None and cut.creating:
+            new = set(cut.keys) - self.counted
+            self.counted |= new
+            self.stats.sent += len(new)
+        return cut
+
     async def count_stopped(self) -> None:
         """The run was stopped (the first Ctrl-C or SIGTERM: ``run`` cut) with this model's requests
         partly streamed: each one counted once. Not yet streamed: a cache hit, in an open batch (an
@@ -333,11 +361,8 @@ class ModelBatches(Submitting, Collecting):
         if self.options.collect_only:
             return
         st, claimed = self.stats, self.ledger.claimed(self.identity)
-        cut, self.submitting = self.submitting, None
-        if cut is not None and cut.creating:
-            new = set(cut.keys) - self.counted
-            self.counted |= new
-            st.sent += len(new)
+        self._release(claimed)  # what this run's open batches hold: committed, recorded apart
+        cut = self._count_cut()
         unsent = cut.entry if cut is not None and not cut.creating else None  # never created
         held = [
             k for k in self.waiting if claimed.get(k, unsent) == unsent and not self.cache.has(k)

@@ -57,7 +57,12 @@ class BatchStats(Stats):
     warning), ``duplicate_results`` (result lines repeating an id read already in their batch: the
     first one kept), ``unanswered`` (requests a batch of this run gave back unanswered, left at the
     deadline without the fallback: counted ``sent``, once; the next run sends them), ``in_batch``
-    (the model is in batch mode, not only collecting an earlier run's batches)."""
+    (the model is in batch mode, not only collecting an earlier run's batches). ``open_entries``,
+    ``open_requests``, ``open_answers``, ``open_reserved_usd``: this run's batches still open when
+    it ended (a stop): their ledger entries, requests, answers and what their reservations held
+    under this run's bound (at most their cost: not in ``cost_usd``, the run that collects them
+    records what they cost); ``earlier_entries``: the ledger entries of the earlier runs' batches
+    this one collected (``from_earlier``)."""
 
     submitted: int = 0
     running: dict[str, float] = field(default_factory=dict)
@@ -71,6 +76,11 @@ class BatchStats(Stats):
     unanswered: int = 0
     in_batch: bool = False
     stopped: str | None = None
+    open_entries: set[str] = field(default_factory=set)
+    open_requests: int = 0
+    open_answers: int = 0
+    open_reserved_usd: float = 0.0
+    earlier_entries: set[str] = field(default_factory=set)
 
 
 async def with_retries(call: Callable, adapter: Adapter, what: str):

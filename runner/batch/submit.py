@@ -362,8 +362,9 @@ class Submitting:
                 await self._delete_input(entry)
             return
         failpoint("created")
-        self.submitting = None
+        # (a record that cannot be written leaves it cut: counted sent, ``ModelBatches._count_cut``)
         self.ledger.record(entry_id, "submitted", batch_id=status.batch_id, state=status.state)
+        self.submitting = None
         failpoint("submitted")
         self.stats.submitted += 1
         # each request counted sent once, however many batches it was in (given back, resubmitted);

@@ -57,6 +57,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..planning.estimate import batch_priced, estimate, totals, unreachable
 
     plan = options.plan_of(args)
+    plan.check_models()  # a model none of its adapter's (a typo): `dxi run` refuses it, exit 2
     plan.check_data()  # what `dxi run` would refuse, refused here too
     where = options.named(args, "cache_dir", "--cache-dir")
     paths.cache_to_read(plan.cache_dir, where)

@@ -109,6 +109,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         from ..batch.memory import tune
 
         tune()
+    plan.check_models()  # a model none of its adapter's (a typo): bad input, as the file's others
     plan.check_cost_bound()
     given = args.until is not None  # else the run file's key, named as the file's
     if plan.until is not None and plan.until.rule == "separated" and len(plan.models) < 2:
@@ -166,22 +167,24 @@ def main(args: argparse.Namespace, console: Console) -> int:
         )
     except (KeyboardInterrupt, signals.Interrupted) as stop:
         head, rest = signals.resume_message(stop, plan.cache_dir, args.grace)
-        if plan.batch:
-            rest += " Open batches keep running at the provider: the next run collects them (dxi batches list)."
-        rest += signals.written(stop, plan.out)  # its summary.json, partial, or why not
-        # drained, what each model sent, found cached and left (None: cut short, or before the run)
+        # drained (or cut while scoring, every request sent), what each model sent, found cached
+        # and left (None: cut short, or before the run)
         done = getattr(stop, "counts", None)
+        if plan.batch:
+            rest += f" Open batches{_held(done)} keep running at the provider: the next run collects them (dxi batches list)."
+        rest += signals.written(stop, plan.out)  # its summary.json, partial, or why not
         code = record(signals.exit_code(stop), done)
         if done is not None:  # the providers it stopped, as a run that ends says them
             _tell_stopped(done.stopped, console)
         options.make_console(stderr=True).print(f"[yellow]{escape(head)}[/] {escape(rest)}")
         return code
     except CacheWriteError as exc:
-        code = record(EXIT_CACHE_WRITE)
+        done = getattr(exc, "counts", None)  # what it sent and spent by then (runner.session)
+        code = record(EXIT_CACHE_WRITE, done)
         options.make_console(stderr=True).print(
-            f"[red]Stopped: {escape(str(exc))}.[/] Every reply stored before it is in "
-            f"{escape(str(plan.cache_dir))}; make room (or fix the directory) and rerun the same command: "
-            "only what is missing is sent."
+            f"[red]Stopped: {escape(str(exc))}.[/] {escape(_spent(done))}Every reply stored before "
+            f"it is in {escape(str(plan.cache_dir))}; make room (or fix the directory) and rerun the "
+            "same command: only what is missing is sent."
         )
         return code
     code = record(result.exit_code, result)  # before the messages: a closed stdout costs no line
@@ -237,6 +240,48 @@ def _left(stats: Iterable[Stats], remaining: int, cost: str, adaptive: bool) -> 
     if len(parts) == 1:
         return f"{told} ({cost} expected)"
     return f"{told}: the next run sends these {remaining:,} ({cost} expected)"
+
+
+def _held(done: Counts | None) -> str:
+    """What this run's batches still open hold (each model's ``batches.open``): `` of this run (16
+    request(s), at most $3200.0000 reserved)``; "" when none (or not counted)."""
+    held = [
+        b["batches"]["open"]
+        for b in (done.requests.values() if done else ())
+        if "open" in b.get("batches", {})
+    ]
+    if not held:
+        return ""
+    usd = [h["reserved_usd"] for h in held if h["reserved_usd"] is not None]
+    most = f", at most ${sum(usd):.4f} reserved" if usd else ""
+    return f" of this run ({sum(h['requests'] for h in held):,} request(s){most})"
+
+
+def _spent(done: Counts | None) -> str:
+    """What a run the cache stopped sent and spent (``done``: its counts; "" without them), with
+    the replies paid for that could not be stored: ``"This run sent 91 request(s) and spent
+    $0.0910; 16 of them ($0.0160) were paid for but could not be stored: the next run sends them
+    again. "``."""
+    if done is None:
+        return ""
+    blocks = done.requests.values()
+    costs = [b["cost_usd"] for b in blocks if b["cost_usd"] is not None]
+    most = "at most " if any(b.get("cost_at_reservation_usd") for b in blocks) else ""
+    spent = f" and spent {most}${sum(costs):.4f}" if costs else ""
+    text = f"This run sent {sum(b['sent'] for b in blocks):,} request(s){spent}"
+    lost = [b["unstored"] for b in blocks if b.get("unstored")]
+    if lost:
+        usd = [u["cost_usd"] for u in lost if u["cost_usd"] is not None]
+        cost = f" (${sum(usd):.4f})" if usd else ""
+        text += (
+            f"; {sum(u['requests'] for u in lost):,} of them{cost} were paid for but could not be "
+            "stored: the next run sends them again"
+        )
+    if held := _held(done):
+        text += (
+            f"; its open batches{held.removeprefix(' of this run')} keep running at the provider"
+        )
+    return text + ". "
 
 
 def _tell_stopped(blocks: list[dict], console: Console) -> None:

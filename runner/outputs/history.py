@@ -21,9 +21,10 @@ are stored, has the counts too, as its summary.json of what arrived does (``runn
 model's rest counted ``not_sent``; ``cost_bound`` without what remains); one whose stop was cut
 short (a second signal, the grace period over) has what was counted by then: the requests it left
 on the wire counted sent and ``abandoned``, charged their reservations (the bound held them), and a
-model whose rest was not counted whole says which counts are ``incomplete``. One stopped outside
-its requests (planning, scoring) or by a cache that could not be written has ``cost_bound`` and
-``requests`` null. A run killed with
+model whose rest was not counted whole says which counts are ``incomplete``. One stopped while
+scoring has its counts (the sending was over), and so does one stopped by a cache that could not
+be written (the replies paid for but not stored counted ``unstored``); one stopped while planning
+has ``cost_bound`` and ``requests`` null. A run killed with
 SIGKILL (or one that crashed) writes no line. The line is one ``write(2)`` to the file opened
 ``O_APPEND`` (``cache.lines``); a folder that cannot take it costs a warning, not the run.
 """
@@ -155,3 +156,25 @@ def _is_price(value) -> bool:
         and all(isinstance(v, numbers) and not isinstance(v, bool) and v >= 0 for v in value[:2])
         and all(v is None or (isinstance(v, numbers) and v >= 0) for v in value[2:])
     )
+
+
+def batch_spend(block: dict) -> list[str]:
+    """What a model's ``requests`` block (``block``) says of the money of batches run across runs,
+    for the lines under the usage table's ``this run`` column (``runner.outputs.terminal``): the
+    part of its ``cost_usd`` that answered earlier runs' batches (paid under their bounds), and the
+    batches this run left open (their reservations held under its bound, not in its
+    ``cost_usd``)."""
+    batches, lines = block.get("batches") or {}, []
+    if earlier := batches.get("from_earlier_runs_usd"):
+        lines.append(
+            f"${earlier:.4f} of it answered batches earlier runs submitted (paid under their "
+            "bounds, so not in this run's spend of its own: cost_bound.earlier_batches_usd)"
+        )
+    if held := batches.get("open"):
+        usd = held["reserved_usd"]
+        most = "" if usd is None else f", at most ${usd:.4f} (their reservations)"
+        lines.append(
+            f"{held['requests']:,} request(s) in batches still open at the provider{most}, not in "
+            "this run's cost: the run that collects them records what they cost"
+        )
+    return lines

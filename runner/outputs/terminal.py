@@ -23,6 +23,7 @@ from dxi.scoring.replies import model_notes
 from dxi.scoring.stopped_pairs import ANYTIME, NOT_CLAIMED, NOT_VALID
 from dxi.scoring.summary import signed
 
+from .history import batch_spend
 from .legend import index_legend
 
 
@@ -146,6 +147,8 @@ def print_usage(summary: Summary, console: Console, keys: list[str] | None = Non
     for key, m in zip(keys, summary.models, strict=True):  # this run's cost, where unknown
         if (m.requests or {}).get("cost_reason"):
             console.print(escape(f"  this run, {key}: {m.requests['cost_reason']}"))
+        for line in batch_spend(m.requests or {}):  # batches across runs (runner.outputs.history)
+            console.print(escape(f"  this run, {key}: {line}"), highlight=False)
 
 
 def _seconds(value: float | None) -> str:

@@ -51,6 +51,7 @@ A price's ``batch_input`` / ``batch_output`` are the batch API's prices (default
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tomllib
@@ -209,6 +210,13 @@ def _where(path: Path, text: str, key: tuple) -> str:
     return str(path)
 
 
+def located(path: Path, key: tuple, problem: str, text: str | None = None) -> str:
+    """A run file problem as its errors say it: the file, the line of ``key`` (its nearest
+    enclosing key with a line), the key dotted and ``problem``; ``text``: the file's (else read)."""
+    text = Path(path).read_text(encoding="utf-8") if text is None else text
+    return f"{_where(path, text, key)}: {_dotted(key) or 'top level'}: {problem}"
+
+
 def _dotted(key: tuple) -> str:
     """``models[2].price`` for ("models", 2, "price"), with "(the 3rd [[models]] table)": indices
     count from 0."""
@@ -222,6 +230,45 @@ def _dotted(key: tuple) -> str:
     return out
 
 
+# msgspec's names of TOML's types, in the run file's own terms (``_in_words``)
+_TYPES = {
+    "int": "a whole number",
+    "float": "a number",
+    "str": "a string",
+    "bool": "true or false",
+    "array": "a list",
+    "object": "a table",
+}
+
+
+def _at(value: Any, sub: tuple) -> Any:
+    """The value at ``sub`` (keys and indices) inside ``value``; None when there is none."""
+    for k in sub:
+        try:
+            value = value[k]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return value
+
+
+def _in_words(message: str, got: Any) -> str:
+    """A type error of the run file (msgspec's "Expected `int | null`, got `str` - at ...") in the
+    user's terms: ``expected a whole number, got the string "100"``; any other message as it is."""
+    m = re.match(r"Expected `([^`]+)`, got `([^`]+)`", message)
+    if m is None:
+        return message.split(" - at ")[0]
+    wanted = [_TYPES.get(t, f"`{t}`") for t in map(str.strip, m.group(1).split("|")) if t != "null"]
+    if isinstance(got, bool):
+        shown = "true" if got else "false"
+    elif isinstance(got, str):
+        shown = f"the string {json.dumps(got, ensure_ascii=False)}"
+    elif isinstance(got, int | float):
+        shown = f"the number {got!r}"
+    else:  # a list, a table, a date: named
+        shown = _TYPES.get(m.group(2), m.group(2))
+    return f"expected {' or '.join(wanted)}, got {shown}"
+
+
 def load(path: Path | str) -> RunFile:
     """Read and validate a run file. Raises ConfigError naming the file, key and line;
     FileNotFoundError."""
@@ -233,7 +280,7 @@ def load(path: Path | str) -> RunFile:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
 
     def fail(key: tuple, problem: str) -> ConfigError:
-        return ConfigError(f"{_where(path, text, key)}: {_dotted(key) or 'top level'}: {problem}")
+        return ConfigError(located(path, key, problem, text))
 
     def number(key: tuple, value: Any, kind: Number) -> None:
         """A number of the run file in ``kind``'s range (``runner.planning.numbers``: that of the
@@ -252,7 +299,10 @@ def load(path: Path | str) -> RunFile:
             unknown = re.search(r"unknown field `([^`]+)`", message)
             if unknown:
                 raise fail((*key, *sub, unknown.group(1)), "unknown key (a typo?)") from None
-            raise fail((*key, *sub), message.split(" - at ")[0]) from None
+            missing = re.match(r"Object missing required field `([^`]+)`", message)
+            if missing:
+                raise fail((*key, *sub, missing.group(1)), "missing (a required key)") from None
+            raise fail((*key, *sub), _in_words(message, _at(value, sub))) from None
 
     providers = {}
     for name, value in (raw.pop("providers", None) or {}).items():

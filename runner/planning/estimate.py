@@ -33,11 +33,11 @@ of the adapter's other models on that evaluation, else 1; output = their mean re
 ``runner.planning.tokens.prior_output``. Only replies that counted their tokens teach a ratio
 (``scoring.cost.COUNTED``): one that reports 0 input tokens comes from a server that counts none
 (``sparrow-decider serve``), not from a free request, so it teaches nothing, for its model or
-another; with nothing else cached the estimate is bytes / 4, and ``basis`` says why
-(``NOT_COUNTED``). A model that thinks (an effort level, or a Claude model
-that thinks by default: ``runner.planning.tokens.thinking_effort``) spends most of its output
-thinking, and how much depends on its level: its output is the mean that its own replies at these
-parameters (effort included) reported, else the level's prior
+another; with nothing else cached the estimate is bytes / 4, and ``basis`` says why, of the model's
+own replies (``NOT_COUNTED``) or of the others' (``OTHERS_NOT_COUNTED``). A model that thinks (an
+effort level, or a Claude model that thinks by default: ``runner.planning.tokens.thinking_effort``)
+spends most of its output thinking, and how much depends on its level: its output is the mean that
+its own replies at these parameters (effort included) reported, else the level's prior
 (``runner.planning.tokens.THINKING_PRIOR``, capped by the request's output cap); never other models'
 or other levels' usage. ``basis`` says which.
 """
@@ -101,8 +101,15 @@ BATCH = 256
 # the recorded usage of a cached reply (what `dxi plan` calls "recorded by its cached replies")
 OWN_USAGE = "estimated from this model's cached usage"
 NO_USAGE = "bytes / 4 (no usage in the cache yet)"
-# the adapter's cached replies of the evaluation all reported 0 tokens: nothing learned from them
-NOT_COUNTED = "bytes / 4 (the cached replies reported 0 tokens: a server that counts none)"
+# the model's own cached replies of the evaluation (and the adapter's others') all reported 0
+# tokens: nothing learned from them
+NOT_COUNTED = "bytes / 4 (this model's cached replies reported 0 tokens: a server that counts none)"
+# the model has no reply of the evaluation that reported usage, and the adapter's other models'
+# replies there all reported 0 tokens: the reason is theirs, said as theirs
+OTHERS_NOT_COUNTED = (
+    "bytes / 4 (no usage of this model in the cache yet; other {kind} models' cached replies "
+    "reported 0 tokens: a server that counts none)"
+)
 
 
 @dataclass
@@ -292,8 +299,11 @@ def _estimate_one(
                 rate = rates.get((a.kind, task.eval))
                 basis = f"estimated from other {a.kind} models' cached usage"
             if rate is None:
-                uncounted = (a.kind, task.eval) in rates  # replies there, all of 0 tokens
-                rate, basis = TokenEstimate(), NOT_COUNTED if uncounted else NO_USAGE
+                rate, basis = TokenEstimate(), NO_USAGE  # replies of 0 tokens: whose they are
+                if (a.kind, a.model, task.eval) in rates:  # its own, all of 0 tokens
+                    basis = NOT_COUNTED
+                elif (a.kind, task.eval) in rates:  # none of its own; the others', all 0
+                    basis = OTHERS_NOT_COUNTED.format(kind=a.kind)
             out_bound = a.output_tokens_bound(task)
             output = rate.output
             # a thinking model's output: its own usage at these parameters, else the prior

@@ -187,6 +187,17 @@ class Plan:
                     )
                 seen[key] = m.label
 
+    def check_models(self) -> None:
+        """UsageError (bad input: ``dxi run`` and ``dxi estimate`` exit 2) for a model whose name is
+        none of its adapter's models (``Adapter.unknown_model``: a typo), naming the run file, the
+        line and the ``[[models]]`` table that gives it (or the ``--model`` flag)."""
+        for i, m in enumerate(self.models):
+            if (problem := m.adapter.unknown_model()) is None:
+                continue
+            if self.source is None:
+                raise UsageError(f"--model {m.label}: {problem}")
+            raise UsageError(config.located(self.source, ("models", i, "model"), problem))
+
     def check_data(self) -> None:
         """Raise UsageError when an evaluation the run selects (every one unless ``--evals`` or the
         run file's ``[evals] select`` leaves it out) has no data: its figures and the Decision Index

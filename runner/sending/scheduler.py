@@ -63,9 +63,8 @@ from .rows import make_row
 from .stops import RunStop, RunStopping
 
 BATCH = 32  # requests encoded and looked up in the cache at a time, per model (~1 ms of work)
-DRAIN_BATCH = (
-    256  # a stopped provider's requests counted not sent per event-loop turn (a few ms of work)
-)
+# a stopped provider's requests counted not sent per event-loop turn (a few ms of work)
+DRAIN_BATCH = 256
 
 
 @dataclass
@@ -97,6 +96,7 @@ class Stats:
     short (a second signal, the end of ``--grace``): ``abandoned``, the requests sent it left on the
     wire (in ``sent``, no row), ``abandoned_usd`` their charge (in ``cost_usd``: reservations kept);
     ``uncounted``, the paths it cut before their rest was counted (``runner.counts.INCOMPLETE``).
+    ``unstored``: replies paid for that the cache could not store (in ``sent``), ``unstored_usd``.
     """
 
     total: int = 0
@@ -117,6 +117,8 @@ class Stats:
     cost_unbounded: int = 0
     abandoned: int = 0
     abandoned_usd: float = 0.0
+    unstored: int = 0
+    unstored_usd: float = 0.0
     uncounted: int = 0
     not_sent: int = 0
     stop_not_sent: int = 0
@@ -308,17 +310,15 @@ class Scheduler:
         while streams:
             label, stream = entry = streams[0]
             streams.rotate(-1)
-            if (
-                label in limiter.stopped_models
-            ):  # this model stopped alone: its rest is counted not sent at the end
+            # this model stopped alone: its rest is counted not sent at the end
+            if label in limiter.stopped_models:
                 streams.remove(entry)
                 self.unsent.setdefault(provider, []).append((label, stream, True))
                 continue
             try:
                 job = next(stream, None)
-            except (
-                Exception
-            ) as exc:  # the requests in flight finish and are stored, then it is raised
+            # the requests in flight finish and are stored, then it is raised
+            except Exception as exc:
                 self.stopped_by.append(exc)
                 return None
             if job is not None:
@@ -356,9 +356,8 @@ class Scheduler:
                     n += 1
                     if n % DRAIN_BATCH == 0:
                         await asyncio.sleep(0)
-        except (
-            Exception
-        ) as exc:  # a malformed row: the run stops, the requests in flight finish first
+        # a malformed row: the run stops, the requests in flight finish first
+        except Exception as exc:
             self.stopped_by.append(exc)
         for label in labels:
             self.progress(label)
@@ -394,7 +393,11 @@ class Scheduler:
         """Append ``outcome``'s row to the cache and count it in its model's Stats."""
         st = self.stats[job.adapter.label]
         row = make_row(job.task, job.request, outcome)
-        self.cache.append(row)
+        try:
+            self.cache.append(row)
+        except Exception:  # paid for, not stored (a full disk): in sent, its charge in the cost
+            st.unstored, st.unstored_usd = st.unstored + 1, st.unstored_usd + outcome.cost_usd
+            raise
         self.stored_cached[job.adapter.label] += self.cache.has(row["key"])
         st.attempts += outcome.attempts
         st.retries += max(0, outcome.attempts - 1)  # its attempts after the first
@@ -437,9 +440,8 @@ class Scheduler:
                     st.sent += 1
                     if st.started is None:
                         st.started = time.monotonic()
-            if isinstance(
-                outcome.error, ProviderStop
-            ):  # the provider stopped: no row, the next run sends it
+            # the provider stopped: no row, the next run sends it
+            if isinstance(outcome.error, ProviderStop):
                 if outcome.attempts:
                     st.refused += 1
                 else:
@@ -493,14 +495,12 @@ class Scheduler:
         while (job := await self.queue.get()) is not None:
             slots = job.limiter.slots
             try:
-                while (
-                    job is not None and not self.stopped_by
-                ):  # on to the provider's next request, keeping the slot
+                # on to the provider's next request, keeping the slot
+                while job is not None and not self.stopped_by:
                     try:
                         await self.send(job)
-                    except (
-                        Exception
-                    ) as exc:  # e.g. the cache cannot be written: the others finish theirs
+                    # e.g. the cache cannot be written: the others finish theirs
+                    except Exception as exc:
                         self.stopped_by.append(exc)
                         break
                     job = self.next_job(self.provider_of[job.adapter.label])
