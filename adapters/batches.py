@@ -217,7 +217,9 @@ class BatchAPI:
         Raises as ``call`` does."""
         secrets = self.adapter._secrets
         try:
-            async with self.session().get(url, headers=headers or self.headers()) as resp:
+            async with self.session().get(
+                url, headers=headers or self.headers(), allow_redirects=False
+            ) as resp:
                 if resp.status >= 300:
                     payload = redact(await resp.content.read(64 << 10), secrets)
                     error = error_for(
@@ -226,6 +228,7 @@ class BatchAPI:
                         resp.headers,
                         self.what,
                         self.adapter.retry_after_from_body,
+                        secrets,
                     )
                     if resp.status == 404:
                         raise BatchLost(not_found(self.what, "GET", url), 404)

@@ -27,6 +27,7 @@ from .base import Adapter, Limits, ModelSpec, Progress, Request, canonical_param
 from .credentials import KeyCommand
 from .errors import (
     KEY,
+    REDIRECT,
     UNREACHABLE,
     AdapterError,
     Fatal,
@@ -307,20 +308,49 @@ FIRST_BYTE = (
 ERROR_BYTES = 64 << 10  # what is read of an error reply
 
 
+def same_origin(url: str | yarl.URL, base: str | yarl.URL) -> bool:
+    """Whether ``url`` is at ``base``'s origin (scheme, host and port): the only address an API key
+    is sent to."""
+    a, b = yarl.URL(str(url)), yarl.URL(str(base))
+    return a.is_absolute() and b.is_absolute() and a.origin() == b.origin()
+
+
+def redirected(
+    status: int, headers: Mapping[str, str], what: str, secrets: tuple[bytes, ...] = ()
+) -> ProviderStop:
+    """The stop a 3xx reply means: a redirect is never followed (``post`` and every request with a
+    key: ``allow_redirects=False``), since following it would send the request, and the headers
+    that carry the key, to an address the user never named. ProviderStop (cause ``REDIRECT``: every
+    request to that base URL would meet it) naming the target (``Location``, the key redacted)."""
+    location = next((v for k, v in headers.items() if k.lower() == "location"), "")
+    target = redact(location.encode(), secrets).decode("utf-8", "replace")[:300]
+    return ProviderStop(
+        f"{what}: HTTP {status}: the server redirects to {target or '(no Location given)'}; not "
+        "followed (a request, and its API key, is only sent to the base URL named); if that "
+        "address is the API's, name it as the base URL",
+        REDIRECT,
+        status,
+    )
+
+
 def error_for(
     status: int,
     payload: bytes,
     headers: Mapping[str, str],
     what: str,
     retry_after_from_body: Callable[[bytes], float | None] | None = None,
+    secrets: tuple[bytes, ...] = (),
 ) -> AdapterError:
-    """The error a non-2xx reply means (``payload``: its body, redacted already): ProviderStop for
+    """The error a non-2xx reply means (``payload``: its body, redacted already): a redirect (3xx)
+    stops the provider (``redirected``, ``secrets`` redacted from its target); ProviderStop for
     what every request to the provider would meet alike (``provider_errors.provider_stop``),
     RateLimited (429, 529, and 503 with a Retry-After, with that wait, or the one
     ``retry_after_from_body`` reads from the body), Transient (408, 409, 425, other 5xx) or Fatal
     (other 4xx, with what to check), as ``errors.status_kind`` classifies them; ``x-should-retry``
     as ``post`` describes. The one reading of an error reply: ``post`` and the batch calls
     (``adapters.batches``)."""
+    if 300 <= status < 400:
+        return redirected(status, headers, what, secrets)
     snippet = _snippet(payload)
     stop = provider_stop(status, payload, what, snippet, reply_time(headers))
     if stop is not None:
@@ -366,18 +396,20 @@ async def post(
 
     ``what`` names the model in messages. Raises ProviderStop for what every request to the provider
     would meet alike (``provider_errors.provider_stop``: an exhausted quota, a refused key, an
-    unknown model, a refused form of request), RateLimited (429, 529, and 503 with a Retry-After,
-    with that wait, or the one ``retry_after_from_body`` reads from the error body when the header
-    is absent), Transient (408, 409, 425, other 5xx, timeouts, connection errors, a damaged
-    compressed body; Unreachable when no connection could be opened at all) or Fatal (other 4xx,
-    with what to check): ``error_for``. ``x-should-retry: false`` (the OpenAI and Anthropic SDKs'
-    header) makes a retryable failure final for this run; ``true`` makes another 4xx retryable.
-    Messages never include the request headers, and ``secrets`` (the API key the headers carry,
-    ``secrets_in(headers)``, computed once per adapter) are redacted from every body returned or
-    quoted.
+    unknown model, a refused form of request; a redirect, never followed: ``redirected``),
+    RateLimited (429, 529, and 503 with a Retry-After, with that wait, or the one
+    ``retry_after_from_body`` reads from the error body when the header is absent), Transient (408,
+    409, 425, other 5xx, timeouts, connection errors, a damaged compressed body; Unreachable when no
+    connection could be opened at all) or Fatal (other 4xx, with what to check): ``error_for``.
+    ``x-should-retry: false`` (the OpenAI and Anthropic SDKs' header) makes a retryable failure
+    final for this run; ``true`` makes another 4xx retryable. Messages never include the request
+    headers, and ``secrets`` (the API key the headers carry, ``secrets_in(headers)``, computed once
+    per adapter) are redacted from every body returned or quoted.
     """
     try:
-        async with client.request(method, url, data=body, headers=headers) as resp:
+        async with client.request(
+            method, url, data=body, headers=headers, allow_redirects=False
+        ) as resp:
             status = resp.status
             try:
                 payload = redact(
@@ -390,7 +422,7 @@ async def post(
                 payload = exc.prefix  # an error body that large: its start says enough
             if status < 300:
                 return payload
-            raise error_for(status, payload, resp.headers, what, retry_after_from_body)
+            raise error_for(status, payload, resp.headers, what, retry_after_from_body, secrets)
     except aiohttp.ClientResponseError as exc:
         raise Transient(f"{what}: {type(exc).__name__}: {exc.message}", exc.status) from None
     except aiohttp.ClientSSLError as exc:  # a connection opened, refused by TLS: not an outage
@@ -460,7 +492,9 @@ async def post_stream(
     timeout). A stream past ``max_bytes`` raises
         ReplyTooLarge with its first bytes."""
     try:
-        async with client.request("POST", url, data=body, headers=headers) as resp:
+        async with client.request(
+            "POST", url, data=body, headers=headers, allow_redirects=False
+        ) as resp:
             status = resp.status
             kind = resp.headers.get("Content-Type", "").lower()
             if status >= 300 or "text/event-stream" not in kind:  # an error, or a whole reply
@@ -475,7 +509,7 @@ async def post_stream(
                 if status < 300:
                     progress.received = len(payload)
                     return payload
-                raise error_for(status, payload, resp.headers, what, retry_after_from_body)
+                raise error_for(status, payload, resp.headers, what, retry_after_from_body, secrets)
             decoder, parser, prefix = _decoder(resp, what), SSEParser(), bytearray()
             size = 0
             try:

@@ -31,7 +31,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from dxi.adapters import ProviderStop, RateLimited
-from dxi.adapters.errors import QUOTA, SCOPE_MODEL, SCOPE_PROVIDER, SERVED, UNREACHABLE, WAIT
+from dxi.adapters.errors import (
+    QUOTA,
+    REDIRECT,
+    SCOPE_MODEL,
+    SCOPE_PROVIDER,
+    SERVED,
+    UNREACHABLE,
+    WAIT,
+)
 
 from .limits import ProviderLimiter
 
@@ -210,6 +218,11 @@ def describe(block: dict) -> str:
         text += " Add credit or raise the limit, then rerun."
     elif block["cause"] == UNREACHABLE:
         text += " Start the server (or check its address and the network), then rerun."
+    elif block["cause"] == REDIRECT:
+        text += (
+            " Nothing was sent to the address it redirects to: if that is the API's, name it as "
+            "the base URL, then rerun."
+        )
     elif block["cause"] == SERVED:
         text += (
             " Serve the model asked for there (or name the model the server serves), then rerun; "

@@ -16,6 +16,8 @@ behaviour from ``script`` (then ``default``):
 * ``"malformed"``: 200 with a body that is not JSON; ``"drop"``: the connection closed without a
   reply;
 * ``"echo401"``: 401 whose message quotes the key the request carried, as providers do;
+* ``"redirect:URL"`` (``"redirect301:URL"``, ``302``, ``308``): a 307 (or that status) whose
+  ``Location`` is URL followed by the request's path and query, as a server moved elsewhere;
 * ``"nousage"`` (Chat Completions): the ok reply without its ``usage`` (whole, or streamed without
   the usage chunk), as a server that reports none;
 * ``"nostreamopt"`` (Chat Completions): a 400 refusing ``stream_options`` when the request carries
@@ -112,6 +114,10 @@ class FakeLLM:
             kind = "ok"
         if stream and kind in ("cut", "stall", "slow", "error_event", "error_first"):
             return await self._stream(request, payload, fmt, "ok", kind, arg)
+        if kind.startswith("redirect"):
+            status = int(kind.removeprefix("redirect") or 307)
+            location = arg + request.path_qs
+            return web.Response(status=status, headers={"Location": location})
         if kind.isdigit():
             status = int(kind)
             headers = {"Retry-After": arg} if arg else {}

@@ -1,0 +1,147 @@
+"""The runner against a provider's server that is hostile or broken, on real HTTP on 127.0.0.1
+(``tests/fakes/fake_llm_server.py``): what it must never do (send the key to another address) and
+what it must always do (stop, and say so clearly)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from dxi.adapters.errors import ProviderStop
+from dxi.adapters.http import error_for
+
+from .fakes.fake_llm_server import FakeLLM
+from .helpers.runs import FAST, run_model
+
+NAMES = {"openai": "gpt-fake", "anthropic": "claude-fake", "gemini": "gemini-fake"}
+KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}
+PATHS = {
+    "openai": "/v1/chat/completions",
+    "anthropic": "/v1/messages",
+    "gemini": "/v1beta/models/gemini-fake:generateContent",
+}
+STREAM_PATHS = PATHS | {"gemini": "/v1beta/models/gemini-fake:streamGenerateContent?alt=sse"}
+
+
+@pytest.mark.parametrize("stream", ["never", "always"])
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
+async def test_a_redirect_is_never_followed_and_stops_the_provider_naming_its_target(
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    status: int,
+    stream: str,
+):
+    """A server that redirects elsewhere (another port: another origin) is not followed: aiohttp
+    drops ``Authorization`` on a cross-origin redirect but sends ``x-api-key`` and
+    ``x-goog-api-key`` on, so following would hand the Anthropic and Gemini keys to the other
+    address. Nothing reaches it; the provider stops (cause ``redirected``), naming the target."""
+    secret = "sk-test-key-never-sent-elsewhere-42"
+    monkeypatch.setenv(KEY_ENV[kind], secret)
+    limiters: dict = {}
+    async with FakeLLM() as elsewhere:
+        async with FakeLLM(default=f"redirect{status}:{elsewhere.url}") as server:
+            base = server.url + ("/v1" if kind == "openai" else "")
+            _, stats, rows = await run_model(
+                f"{kind}:{NAMES[kind]}@{base}",
+                data_dir,
+                tmp_path / "c",
+                limits=replace(FAST, stream=stream),
+                limiters=limiters,
+            )
+    assert (len(elsewhere.requests), len(server.requests)) == (0, 1)
+    assert (stats.refused, stats.attempts, rows.height) == (1, 1, 0)
+    (limiter,) = limiters.values()
+    path = (STREAM_PATHS if stream == "always" else PATHS)[kind]
+    assert (limiter.halted.cause, limiter.halted.status) == ("redirected", status)
+    assert str(limiter.halted) == (
+        f"{kind}:{NAMES[kind]}: HTTP {status}: the server redirects to {elsewhere.url}{path}; not "
+        "followed (a request, and its API key, is only sent to the base URL named); if that "
+        "address is the API's, name it as the base URL"
+    )
+
+
+def test_a_redirect_target_that_carries_the_key_is_redacted():
+    secret = "sk-test-key-in-the-location-42"
+    error = error_for(
+        302,
+        b"",
+        {"location": f"http://127.0.0.1:1/v1?key={secret}"},
+        "m",
+        secrets=(secret.encode(),),
+    )
+    assert (type(error), error.cause, error.status) == (ProviderStop, "redirected", 302)
+    assert str(error) == (
+        "m: HTTP 302: the server redirects to http://127.0.0.1:1/v1?key=[REDACTED]; not followed "
+        "(a request, and its API key, is only sent to the base URL named); if that address is "
+        "the API's, name it as the base URL"
+    )
+
+
+async def test_a_batch_never_sends_the_key_to_an_address_the_provider_names_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A batch's results URL (Anthropic ``results_url``) and upload URL (Gemini
+    ``X-Goog-Upload-URL``) come from the provider's replies: one at another address is never sent
+    the key. Anthropic's results are read at the documented path on the base URL instead; a Gemini
+    upload URL elsewhere stops the provider (cause ``redirected``), naming it."""
+    from aiohttp import web
+
+    from dxi import adapters
+    from dxi.adapters.anthropic_batch import AnthropicBatch
+    from dxi.adapters.batches import BatchStatus
+    from dxi.adapters.gemini_batch import GeminiBatch
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-never-elsewhere-42")
+    monkeypatch.setenv("GEMINI_API_KEY", "AIza-never-elsewhere-42")
+    seen: list[tuple[str, str]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append((request.host, request.path))
+        if request.path.startswith("/upload/"):
+            upload = f"{elsewhere}/upload/v1beta/files?upload_id=1"
+            return web.Response(headers={"X-Goog-Upload-URL": upload})
+        return web.Response(body=b'{"custom_id": "k", "result": {"type": "canceled"}}\n')
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    runners = [web.AppRunner(app), web.AppRunner(app)]
+    ports = []
+    for runner in runners:
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        ports.append(runner.addresses[0][1])
+    base, elsewhere = (f"http://127.0.0.1:{p}" for p in ports)
+    anthropic = adapters.get(f"anthropic:claude-fake@{base}")
+    gemini = adapters.get(f"gemini:gemini-fake@{base}")
+    file = tmp_path / "in.jsonl"
+    file.write_bytes(b"{}\n")
+    try:
+        await anthropic.start()
+        await gemini.start()
+        status = BatchStatus("b1", "ended", output={"results_url": f"{elsewhere}/results/b1"})
+        lines = [
+            line async for group in AnthropicBatch(anthropic).results(status) for line in group
+        ]
+        with pytest.raises(ProviderStop) as stop:
+            await GeminiBatch(gemini).upload("e1", file, 1, 3)
+    finally:
+        await anthropic.close()
+        await gemini.close()
+        for runner in runners:
+            await runner.cleanup()
+    assert [line.key for line in lines] == ["k"]
+    assert seen == [
+        (f"127.0.0.1:{ports[0]}", "/v1/messages/batches/b1/results"),
+        (f"127.0.0.1:{ports[0]}", "/upload/v1beta/files"),
+    ]
+    assert stop.value.cause == "redirected"
+    assert str(stop.value) == (
+        f"gemini:gemini-fake (batch): the upload URL: HTTP 200: the server redirects to "
+        f"{elsewhere}/upload/v1beta/files?upload_id=1; not followed (a request, and its API key, is "
+        "only sent to the base URL named); if that address is the API's, name it as the base URL"
+    )
