@@ -514,7 +514,10 @@ async def post_stream(
             size = 0
             try:
                 async for chunk in resp.content.iter_any():
-                    data = chunk if decoder is None else decoder.decompress(chunk)
+                    # at most what the bound leaves (+1): a small compressed chunk may expand
+                    # enormously; fewer bytes mean the chunk was decoded whole
+                    room = max_bytes + 1 - size
+                    data = chunk if decoder is None else decoder.decompress(chunk, room)
                     size += len(data)
                     progress.received = size
                     if len(prefix) < PREFIX_BYTES:

@@ -145,3 +145,96 @@ async def test_a_batch_never_sends_the_key_to_an_address_the_provider_names_else
         f"{elsewhere}/upload/v1beta/files?upload_id=1; not followed (a request, and its API key, is "
         "only sent to the base URL named); if that address is the API's, name it as the base URL"
     )
+
+
+@pytest.mark.parametrize("count", [10**12, 2**64 - 1])
+async def test_usage_no_request_could_have_used_is_not_kept_and_its_cost_is_unknown(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
+):
+    """A server that reports more tokens than a request can hold (input: more than its body's bytes;
+    output: past its own cap) is not believed: the usage is not kept (the cost is unknown, charged
+    at most its reservation, as a reply without usage) rather than recording $80,000,000 for two
+    requests; 2**64 - 1 tokens no longer crash the cache (a 64-bit column)."""
+    import asyncio
+
+    import orjson
+    import polars as pl
+
+    from dxi.runner.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    async with FakeLLM(default=f"usage:{count}") as server:
+        argv = ["run", "--model", f"openai:gpt-fake@{server.url}/v1", "--evals", "when2call"]
+        argv += ["--limit", "2", "--max-cost", "1", "--price", "openai:gpt-fake=10/30"]
+        argv += ["--param", "max_completion_tokens=100", "--data-dir", str(data_dir)]
+        argv += ["--cache-dir", str(cache), "--out", str(out), "-q"]
+        assert await asyncio.to_thread(main, argv) == 0
+        sizes = [len(orjson.dumps(body)) for _, body in server.requests]
+    (model,) = orjson.loads((out / "summary.json").read_bytes())["models"]
+    requests = model["requests"]
+    reserved = sum(size * 10 + 100 * 30 for size in sizes) / 1e6  # input bound, output cap: USD
+    assert (requests["sent"], requests["input_tokens"], requests["output_tokens"]) == (2, 0, 0)
+    assert requests["cost_usd"] == requests["cost_at_reservation_usd"] == pytest.approx(reserved)
+    rows = pl.read_parquet(next(cache.rglob("*.parquet")))
+    assert rows.select("status", "input_tokens", "output_tokens").rows() == [("ok", None, None)] * 2
+
+
+async def test_a_streamed_gzip_bomb_is_decoded_no_further_than_the_reply_bound(
+    data_dir: Path, tmp_path: Path
+):
+    """256 MiB of blank lines gzipped (about 250 KiB on the wire) as a streamed reply: each piece
+    read is decoded no further than ``--max-reply-bytes`` leaves, so memory stays within the bound
+    (here 1 MiB) rather than a piece's whole expansion (a 64 KiB piece is 64 MiB decoded); the reply
+    is stored invalid, "reply larger than 1048576 bytes"."""
+    import tracemalloc
+
+    limits = replace(FAST, stream="always", max_reply_bytes=1 << 20, max_attempts=1)
+    async with FakeLLM(default="bomb:256") as server:
+        tracemalloc.start()
+        try:
+            _, stats, rows = await run_model(
+                f"openai:gpt-fake@{server.url}/v1", data_dir, tmp_path / "c", limits=limits
+            )
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert (stats.attempts, rows["status"].to_list()) == (1, ["invalid"])
+    (answer, *_) = rows["answers"].to_list()[0]
+    assert answer["error"] == "reply larger than 1048576 bytes"
+    assert peak < 16 << 20, peak
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "resets_at"),
+    [
+        ("99999999999999999999999999999999", None),
+        ("Fri, 31 Dec 9999 23:59:59 GMT", "9999-12-31T23:59:59Z"),
+    ],
+)
+async def test_a_retry_after_past_any_date_stops_the_provider_without_a_crash(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, retry_after: str, resets_at
+):
+    """``Retry-After: 1e32`` seconds (delay-seconds, any length of digits) or the last HTTP date
+    there is: a wait longer than ``--max-stated-wait``, so the provider stops (exit 6, cause ``wait
+    too long``), at once and without waiting; a wait past any date a clock can write has no
+    ``resets_at`` (it crashed writing one, exit 70, no summary)."""
+    import asyncio
+
+    import orjson
+
+    from dxi.runner.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
+    async with FakeLLM(default=f"429:{retry_after}") as server:
+        argv = ["run", "--model", f"openai:gpt-fake@{server.url}/v1", "--evals", "when2call"]
+        argv += ["--limit", "1", "--data-dir", str(data_dir), "-q"]
+        argv += ["--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "o")]
+        assert await asyncio.to_thread(main, argv) == 6
+        assert len(server.requests) == 1
+    (stop,) = orjson.loads((tmp_path / "o" / "summary.json").read_bytes())["stopped_providers"]
+    assert (stop["cause"], stop["http_status"], stop["resets_at"]) == (
+        "wait too long",
+        429,
+        resets_at,
+    )

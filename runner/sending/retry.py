@@ -69,7 +69,7 @@ from dxi.adapters.errors import REQUEST, SCOPE_MODEL
 from dxi.adapters.provider_errors import STREAM_FIELDS
 from dxi.evals import Task
 
-from .cost import Charge
+from .cost import Charge, credible
 from .limits import ProviderLimiter
 from .stops import RunStopping, too_long
 
@@ -236,6 +236,7 @@ async def _once(
             out.ttft_s, out.streamed = progress.ttft_s, progress.streamed
         reply = adapter.decode(task, out.body)
         adapter.check_served(reply)  # not the model asked for: ProviderStop, no row (its cost kept)
+        reply = credible(reply, adapter, task, request)  # absurd usage: none, its cost unknown
         out.reply, ok = reply, True
         limiter.model_replies[adapter.label] += 1
     except ReplyTooLarge as exc:  # read no further; stored invalid with its first bytes

@@ -26,6 +26,7 @@ the same base URL go on. When one arrives (``runner.sending.retry``):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -165,7 +166,10 @@ def stopped_providers(
     out = []
 
     def block(key: str, scope: str, labels: list[str], error: ProviderStop, at: float) -> dict:
-        resets = None if error.resets_in_s is None else _iso(at + error.resets_in_s)
+        resets = None
+        if error.resets_in_s is not None:
+            with contextlib.suppress(OverflowError, ValueError, OSError):  # past any date (a
+                resets = _iso(at + error.resets_in_s)  # hostile Retry-After: 1e30 s): none
         return {
             "provider": key,
             "scope": scope,

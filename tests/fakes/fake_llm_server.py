@@ -20,6 +20,11 @@ behaviour from ``script`` (then ``default``):
   ``Location`` is URL followed by the request's path and query, as a server moved elsewhere;
 * ``"nousage"`` (Chat Completions): the ok reply without its ``usage`` (whole, or streamed without
   the usage chunk), as a server that reports none;
+* ``"usage:N"`` (Chat Completions, not streamed): the ok reply whose ``usage`` states N (JSON:
+  ``1000000000000``, ``-5``, ``1.5``, ``"12"``, ``null``) input and output tokens, as a broken or
+  hostile server might;
+* ``"bomb:N"``: 200, ``text/event-stream`` in ``Content-Encoding: gzip``, N MiB of blank lines
+  (a gzip bomb: about N KiB on the wire), sent in one write;
 * ``"nostreamopt"`` (Chat Completions): a 400 refusing ``stream_options`` when the request carries
   it (``"param": "stream_options"``, ``"code": null``, as OpenAI-compatible servers answer;
   ``"nostreamopt:coded"``: ``"code": "unsupported_parameter"``, as OpenAI's), else the ok reply.
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -146,6 +152,17 @@ class FakeLLM:
             if not stream:
                 return web.json_response(reply)
             return await self._send(request, sse_streams.openai_events(reply, self.pieces))
+        if kind == "usage" and fmt == "openai":
+            reply = openai_chat(payload, "ok")
+            count = orjson.loads(arg)
+            reply["usage"] = {"prompt_tokens": count, "completion_tokens": count}
+            return web.Response(body=orjson.dumps(reply), content_type="application/json")
+        if kind == "bomb":
+            packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip
+            mib = b"\n" * (1 << 20)
+            bomb = b"".join(packer.compress(mib) for _ in range(int(arg))) + packer.flush()
+            headers = {"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}
+            return web.Response(body=bomb, headers=headers)
         if kind == "429body":
             return web.json_response(error_body(fmt, 429, float(arg)), status=429)
         if kind == "malformed":
