@@ -288,6 +288,18 @@ def redact(payload: bytes, secrets: tuple[bytes, ...]) -> bytes:
     return payload
 
 
+def redact_prefix(prefix: bytes, secrets: tuple[bytes, ...]) -> bytes:
+    """``redact`` for the first bytes of a longer body (what is kept of a reply too large): a secret
+    the cut split is redacted too (its first 4 bytes or more at the very end), so a server that
+    places the key across the cut cannot have all but its last bytes kept."""
+    out = redact(prefix, secrets)
+    for secret in secrets:
+        for n in range(len(secret) - 1, 3, -1):
+            if out.endswith(secret[:n]):
+                return out[:-n] + REDACTED
+    return out
+
+
 DEFAULT_MAX_REPLY_BYTES = Limits.max_reply_bytes
 TOO_LONG = (
     "the prompt, with the output budget it asks for, is longer than the model's context: a model "
@@ -416,7 +428,7 @@ async def post(
                     await read_body(resp, max_bytes if status < 300 else ERROR_BYTES, what), secrets
                 )
             except ReplyTooLarge as exc:
-                exc.prefix = redact(exc.prefix, secrets)
+                exc.prefix = redact_prefix(exc.prefix, secrets)
                 if status < 300:
                     raise
                 payload = exc.prefix  # an error body that large: its start says enough
@@ -502,7 +514,7 @@ async def post_stream(
                 try:
                     payload = redact(await read_body(resp, bound, what), secrets)
                 except ReplyTooLarge as exc:
-                    exc.prefix = redact(exc.prefix, secrets)
+                    exc.prefix = redact_prefix(exc.prefix, secrets)
                     if status < 300:
                         raise
                     payload = exc.prefix
@@ -526,7 +538,7 @@ async def post_stream(
                         resp.close()
                         raise ReplyTooLarge(
                             f"reply larger than {max_bytes} bytes",
-                            redact(bytes(prefix), secrets),
+                            redact_prefix(bytes(prefix), secrets),
                             max_bytes,
                             status,
                         )

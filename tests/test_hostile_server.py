@@ -238,3 +238,26 @@ async def test_a_retry_after_past_any_date_stops_the_provider_without_a_crash(
         429,
         resets_at,
     )
+
+
+@pytest.mark.parametrize("stream", ["never", "always"])
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_key_across_the_cut_of_a_reply_too_large_is_redacted(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, stream: str
+):
+    """A reply too large is kept as its first 2000 bytes: a server that echoes the key at byte 1990
+    had its first 10 bytes kept in the cache (``x``*1990 + ``sk-test-ke``), as near the cut as it
+    likes (all but the key's last byte); the part before the cut is redacted too."""
+    secret = "sk-test-key-across-the-cut-42"
+    monkeypatch.setenv(KEY_ENV[kind], secret)
+    limits = replace(FAST, stream=stream, max_reply_bytes=1 << 20, max_attempts=1)
+    async with FakeLLM(default="echobig:1990") as server:
+        base = server.url + ("/v1" if kind == "openai" else "")
+        _, _, rows = await run_model(
+            f"{kind}:{NAMES[kind]}@{base}", data_dir, tmp_path / "c", limits=limits
+        )
+    assert rows["status"].to_list() == ["invalid"]
+    assert rows["raw_reply"].to_list() == ["x" * 1990 + "[REDACTED]"]
+    for path in (tmp_path / "c").rglob("*"):
+        if path.is_file():
+            assert secret[:4].encode() not in path.read_bytes()

@@ -23,6 +23,8 @@ behaviour from ``script`` (then ``default``):
 * ``"usage:N"`` (Chat Completions, not streamed): the ok reply whose ``usage`` states N (JSON:
   ``1000000000000``, ``-5``, ``1.5``, ``"12"``, ``null``) input and output tokens, as a broken or
   hostile server might;
+* ``"echobig:N"``: 200 (``text/event-stream`` when streamed, else JSON): N bytes of ``x``, the key
+  the request carried, then 5 MiB of ``y`` (a reply too large, with the key across where it is cut);
 * ``"bomb:N"``: 200, ``text/event-stream`` in ``Content-Encoding: gzip``, N MiB of blank lines
   (a gzip bomb: about N KiB on the wire), sent in one write;
 * ``"nostreamopt"`` (Chat Completions): a 400 refusing ``stream_options`` when the request carries
@@ -157,6 +159,11 @@ class FakeLLM:
             count = orjson.loads(arg)
             reply["usage"] = {"prompt_tokens": count, "completion_tokens": count}
             return web.Response(body=orjson.dumps(reply), content_type="application/json")
+        if kind == "echobig":
+            sent = request.headers.get("x-api-key") or request.headers.get("Authorization", "")
+            body = b"x" * int(arg) + sent.removeprefix("Bearer ").encode() + b"y" * (5 << 20)
+            kind_ = "text/event-stream" if stream else "application/json"
+            return web.Response(body=body, content_type=kind_)
         if kind == "bomb":
             packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip
             mib = b"\n" * (1 << 20)
