@@ -261,3 +261,33 @@ async def test_a_key_across_the_cut_of_a_reply_too_large_is_redacted(
     for path in (tmp_path / "c").rglob("*"):
         if path.is_file():
             assert secret[:4].encode() not in path.read_bytes()
+
+
+async def test_a_stated_limit_that_would_pace_past_the_longest_wait_stops_the_provider(
+    data_dir: Path, tmp_path: Path
+):
+    """A 429 stating ``x-ratelimit-limit-requests: 0.001`` (one request every 60,000 s) made the
+    pacing wait 16 hours before each next request: the run hung. A limit whose pace passes
+    ``--max-stated-wait`` stops the provider (cause ``wait too long``), as a longer stated wait
+    does; the other requests are not sent (the next run sends them)."""
+    import asyncio
+
+    limiters: dict = {}
+    limits = replace(FAST, max_in_flight=1)
+    async with FakeLLM(script=["429limit:0.001"]) as server:
+        async with asyncio.timeout(20):
+            _, stats, rows = await run_model(
+                f"openai:gpt-fake@{server.url}/v1",
+                data_dir,
+                tmp_path / "c",
+                limits=limits,
+                limit=3,
+                limiters=limiters,
+            )
+    assert (len(server.requests), stats.refused, rows.height) == (1, 1, 0)
+    (limiter,) = limiters.values()
+    assert limiter.halted.cause == "wait too long"
+    assert str(limiter.halted).endswith(
+        " (the provider states a limit of 0.001 requests per minute: one every 60000 s, longer "
+        "than the 600 s the run waits: --max-stated-wait)"
+    )

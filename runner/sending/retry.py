@@ -71,7 +71,7 @@ from dxi.evals import Task
 
 from .cost import Charge, credible
 from .limits import ProviderLimiter
-from .stops import RunStopping, too_long
+from .stops import RunStopping, too_long, too_slow
 
 if TYPE_CHECKING:
     from tenacity import AsyncRetrying, RetryCallState
@@ -137,7 +137,8 @@ def reclassify(error: AdapterError, max_stated_wait_s: float, model_answered: bo
     """The runner's two re-classifications of an adapter's error (``adapters.errors`` describes them
     beside the tree): a RateLimited whose stated wait (``retry_after`` seconds) is longer than
     ``max_stated_wait_s`` becomes a ProviderStop of cause ``WAIT``
-    (``runner.sending.stops.too_long``); a ProviderStop of cause ``REQUEST`` (a form of request the
+    (``runner.sending.stops.too_long``), as does one that states a limit so low that pacing to it
+    would wait longer (``too_slow``); a ProviderStop of cause ``REQUEST`` (a form of request the
     model refuses) becomes Fatal (this request's own failure, stored and kept) when
     ``model_answered`` (the model has answered other requests in this run), except a refusal of
     the streamed form (its ``field`` one of ``STREAM_FIELDS``: that request is answered when sent
@@ -149,6 +150,8 @@ def reclassify(error: AdapterError, max_stated_wait_s: float, model_answered: bo
         and error.retry_after > max_stated_wait_s
     ):
         return too_long(error, max_stated_wait_s)
+    if isinstance(error, RateLimited) and (stop := too_slow(error, max_stated_wait_s)) is not None:
+        return stop
     if (
         isinstance(error, ProviderStop)
         and error.cause == REQUEST

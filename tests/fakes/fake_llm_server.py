@@ -13,6 +13,7 @@ behaviour from ``script`` (then ``default``):
 * ``"429"`` / ``"429:<seconds>"`` (or any status): rate limited, with ``Retry-After`` when given;
   ``"429body:<seconds>"``: the wait only in the error body (Gemini ``RetryInfo``); ``"529"``,
   ``"500"``, ``"503"``, ``"400"``, ``"401"``: that status with the format's error body;
+  ``"429limit:N"``: a 429 with ``Retry-After: 0`` stating ``x-ratelimit-limit-requests: N``;
 * ``"malformed"``: 200 with a body that is not JSON; ``"drop"``: the connection closed without a
   reply;
 * ``"echo401"``: 401 whose message quotes the key the request carried, as providers do;
@@ -126,6 +127,9 @@ class FakeLLM:
             status = int(kind.removeprefix("redirect") or 307)
             location = arg + request.path_qs
             return web.Response(status=status, headers={"Location": location})
+        if kind == "429limit":
+            headers = {"Retry-After": "0", "x-ratelimit-limit-requests": arg}
+            return web.json_response(error_body(fmt, 429), status=429, headers=headers)
         if kind.isdigit():
             status = int(kind)
             headers = {"Retry-After": arg} if arg else {}
