@@ -288,6 +288,23 @@ async def test_a_stated_limit_that_would_pace_past_the_longest_wait_stops_the_pr
     (limiter,) = limiters.values()
     assert limiter.halted.cause == "wait too long"
     assert str(limiter.halted).endswith(
-        " (the provider states a limit of 0.001 requests per minute: one every 60000 s, longer "
+        " (the provider states a limit of 0.001 requests per minute: one request every 60000 s, longer "
         "than the 600 s the run waits: --max-stated-wait)"
     )
+
+
+def test_a_stated_token_limit_stops_the_provider_when_one_request_would_wait_too_long():
+    """``x-ratelimit-limit-tokens: 10`` with a request of about 2,000 tokens: 12,000 s for each;
+    a stop. ``rpm`` 1 (60 s a request) is within ``--max-stated-wait`` 600: honoured, no stop."""
+    from dxi.adapters.errors import RateLimited
+    from dxi.runner.sending.retry import reclassify
+
+    slow = RateLimited("m: HTTP 429", 0.0, tpm=10)
+    stop = reclassify(slow, 600.0, model_answered=True, tokens=2000)
+    assert (type(stop), stop.cause) == (ProviderStop, "wait too long")
+    assert str(stop) == (
+        "m: HTTP 429 (the provider states a limit of 10 tokens per minute: one request every "
+        "12000 s, longer than the 600 s the run waits: --max-stated-wait)"
+    )
+    fine = RateLimited("m: HTTP 429", 0.0, rpm=1, tpm=1_000_000)
+    assert reclassify(fine, 600.0, model_answered=True, tokens=2000) is fine

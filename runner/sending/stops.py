@@ -146,16 +146,18 @@ def too_long(error: RateLimited, bound_s: float) -> ProviderStop:
     )
 
 
-def too_slow(error: RateLimited, bound_s: float) -> ProviderStop | None:
+def too_slow(error: RateLimited, bound_s: float, tokens: float = 1.0) -> ProviderStop | None:
     """The stop for a rate limit that states its provider's own limit (``error.rpm`` requests or
-    ``error.tpm`` tokens per minute) so low that one request (or one token) a minute's share would
-    wait longer than ``bound_s`` (``x-ratelimit-limit-requests: 0.001``: one request every 60,000 s,
-    which the pacing would honour, the run hanging for hours); None when it is not."""
-    for limit, unit in ((error.rpm, "requests"), (error.tpm, "tokens")):
-        if limit and 60 / limit > bound_s:
+    ``error.tpm`` tokens per minute) so low that pacing one request (of ``tokens`` tokens, the
+    estimate of the request) to it would wait longer than ``bound_s``
+    (``x-ratelimit-limit-requests: 0.001``: one request every 60,000 s, which the pacing would
+    honour, the run hanging for hours); None when it is not."""
+    for limit, unit, each in ((error.rpm, "requests", 1.0), (error.tpm, "tokens", tokens)):
+        if limit and 60 * each / limit > bound_s:
             return ProviderStop(
-                f"{error} (the provider states a limit of {limit:g} {unit} per minute: one every "
-                f"{60 / limit:.0f} s, longer than the {bound_s:g} s the run waits: --max-stated-wait)",
+                f"{error} (the provider states a limit of {limit:g} {unit} per minute: one request "
+                f"every {60 * each / limit:.0f} s, longer than the {bound_s:g} s the run waits: "
+                "--max-stated-wait)",
                 WAIT,
                 error.status,
             )
