@@ -308,3 +308,21 @@ def test_a_stated_token_limit_stops_the_provider_when_one_request_would_wait_too
     )
     fine = RateLimited("m: HTTP 429", 0.0, rpm=1, tpm=1_000_000)
     assert reclassify(fine, 600.0, model_answered=True, tokens=2000) is fine
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://user:pw-secret-42@127.0.0.1:1/v1", "https://127.0.0.1:1/v1beta?key=pw-secret-42"],
+)
+def test_a_base_url_that_carries_a_secret_is_refused_without_quoting_it(url: str):
+    """Credentials in the base URL (user:password@, ?key=) crashed the run (aiohttp refuses
+    userinfo beside an Authorization header: exit 70) after writing them to runs.jsonl as the
+    endpoint; the model string is refused before anything starts, without quoting the secret."""
+    from dxi import adapters
+
+    with pytest.raises(ValueError) as refused:
+        adapters.parse_model(f"openai:gpt-fake@{url}")
+    assert "pw-secret-42" not in str(refused.value)
+    assert str(refused.value).startswith(
+        "model openai:gpt-fake: its base URL carries credentials or a query (http"
+    )
