@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import re
-from urllib.parse import urlsplit
 
 from .base import (
     EFFORTS,
@@ -107,15 +106,6 @@ def parse_model(text: str) -> ModelSpec:
                     f"@http://{tail} (or @https://...), or the model name would include it and the "
                     "requests would go to the adapter's default server"
                 )
-    if base_url is not None:
-        parts = urlsplit(base_url)
-        if parts.username is not None or parts.password is not None or parts.query:
-            raise ValueError(  # (the string is not quoted: it holds the secret)
-                f"model {kind}:{model or ''}: its base URL carries credentials or a query "
-                f"({parts.scheme}://{parts.hostname}...: user:password@ or ?key=...); give the API "
-                "key in its environment variable (or --option api_key_env=NAME, api_key_command): "
-                "the base URL is written to the cache, runs.jsonl and the outputs"
-            )
     return ModelSpec(kind, model or None, base_url)
 
 

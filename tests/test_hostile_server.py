@@ -326,3 +326,12 @@ def test_a_base_url_that_carries_a_secret_is_refused_without_quoting_it(url: str
     assert str(refused.value).startswith(
         "model openai:gpt-fake: its base URL carries credentials or a query (http"
     )
+
+
+def test_a_run_files_base_url_that_carries_a_secret_is_refused(tmp_path: Path):
+    """A run file's provider table names its base URL apart from the model string: refused too."""
+    from dxi.adapters import ModelSpec
+
+    with pytest.raises(ValueError, match="its base URL carries credentials") as refused:
+        ModelSpec("anthropic", "claude-fake", "https://u:pw-secret-42@127.0.0.1:1")
+    assert "pw-secret-42" not in str(refused.value)
