@@ -300,6 +300,11 @@ def redact_prefix(prefix: bytes, secrets: tuple[bytes, ...]) -> bytes:
     return out
 
 
+def _redacted(text: str, secrets: tuple[bytes, ...]) -> str:
+    """``text`` (a message quoting the provider) with ``secrets`` redacted."""
+    return redact(text.encode(), secrets).decode("utf-8", "replace")
+
+
 DEFAULT_MAX_REPLY_BYTES = Limits.max_reply_bytes
 TOO_LONG = (
     "the prompt, with the output budget it asks for, is longer than the model's context: a model "
@@ -552,7 +557,9 @@ async def post_stream(
                         break
                 for event, text in parser.close():
                     assembler.feed(event, text)
-            except MalformedReply as exc:
+            except MalformedReply as exc:  # its text is the raw event's: redacted
+                exc.args = (_redacted(str(exc), secrets),)
+                exc.raw = None if exc.raw is None else _redacted(exc.raw, secrets)
                 if progress.began:
                     raise cut_stream(what, progress, f"an event that is not JSON: {exc}") from None
                 raise
@@ -567,7 +574,8 @@ async def post_stream(
                 raise
             if assembler.error is not None:
                 if progress.began:
-                    why = f"an error event: {body_error(assembler.error)}"
+                    # the event is the provider's raw words: an echoed key is redacted
+                    why = _redacted(f"an error event: {body_error(assembler.error)}", secrets)
                     raise cut_stream(what, progress, why)
                 # an error before any of the reply: decoded as an error inside a 200 (retried)
                 return redact(assembler.body(), secrets)

@@ -335,3 +335,88 @@ def test_a_run_files_base_url_that_carries_a_secret_is_refused(tmp_path: Path):
     with pytest.raises(ValueError, match="its base URL carries credentials") as refused:
         ModelSpec("anthropic", "claude-fake", "https://u:pw-secret-42@127.0.0.1:1")
     assert "pw-secret-42" not in str(refused.value)
+
+
+async def test_a_key_echoed_in_an_error_event_mid_stream_is_redacted(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A stream cut by an error event after its first event is stored as a transient failure
+    quoting the event: a server that echoes the key there had it stored in the cache's ``error``
+    (and printed among the first errors)."""
+    import orjson
+    from aiohttp import web
+
+    from .fakes import sse_streams
+
+    secret = "sk-test-key-in-an-error-event-42"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        chunk = {"id": "c", "object": "chat.completion.chunk", "model": "gpt-fake"}
+        chunk["choices"] = [{"index": 0, "delta": {"role": "assistant", "content": "{"}}]
+        await response.write(sse_streams.frame(chunk))
+        said = request.headers["Authorization"]
+        await response.write(b"data: " + orjson.dumps({"error": {"message": said}}) + b"\n\n")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+        limits = replace(FAST, stream="always", max_attempts=1)
+        _, _, rows = await run_model(
+            f"openai:gpt-fake@{url}", data_dir, tmp_path / "c", limits=limits
+        )
+    finally:
+        await runner.cleanup()
+    (error,) = rows["error"].to_list()
+    assert error.startswith("openai:gpt-fake: the streamed reply was cut after ")
+    assert "(an error event: Bearer [REDACTED])" in error
+    for path in (tmp_path / "c").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes()
+
+
+async def test_a_key_echoed_in_a_first_event_that_is_not_json_is_redacted(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A stream whose first event is not JSON fails before any of the reply (retried, then stored
+    as a transient failure with the text received as its raw reply): the key it echoes is
+    redacted there."""
+    from aiohttp import web
+
+    secret = "sk-test-key-in-a-broken-event-42"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(
+            b"data: {not json " + request.headers["Authorization"].encode() + b"\n\n"
+        )
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+        limits = replace(FAST, stream="always", max_attempts=1)
+        _, _, rows = await run_model(
+            f"openai:gpt-fake@{url}", data_dir, tmp_path / "c", limits=limits
+        )
+    finally:
+        await runner.cleanup()
+    assert rows.select("status", "raw_reply").rows() == [("failed", "{not json Bearer [REDACTED]")]
+    for path in (tmp_path / "c").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes()
