@@ -32,7 +32,7 @@ import aiohttp
 import orjson
 
 from .errors import AdapterError, Fatal, ProviderStop, Transient
-from .http import error_for, post, redact
+from .http import error_for, post, redact, transport_failure
 
 if TYPE_CHECKING:
     from .base import Adapter, Request
@@ -264,7 +264,8 @@ class BatchAPI:
                 elif held.strip():
                     yield [redact(bytes(held), secrets)]
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
-            raise Transient(f"{self.what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+            why = transport_failure(exc, self.adapter._secrets)
+            raise Transient(f"{self.what}: {why}") from None
 
     # ---- the protocol -------------------------------------------------------------------------
     def line(self, request: Request) -> bytes:

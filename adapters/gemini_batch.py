@@ -55,7 +55,7 @@ from .batches import (
     iso_time,
 )
 from .errors import MalformedReply, Transient
-from .http import error_for, redact, redirected, same_origin
+from .http import error_for, redact, redirected, same_origin, transport_failure
 
 ENDED = {
     "BATCH_STATE_SUCCEEDED": COMPLETED,
@@ -233,7 +233,8 @@ class GeminiBatch(BatchAPI):
                             secrets=self.adapter._secrets,
                         )
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
-            raise Transient(f"{self.what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+            why = transport_failure(exc, self.adapter._secrets)
+            raise Transient(f"{self.what}: {why}") from None
         try:
             name = orjson.loads(payload)["file"]["name"]
         except (orjson.JSONDecodeError, KeyError, TypeError):

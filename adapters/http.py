@@ -441,17 +441,19 @@ async def post(
                 return payload
             raise error_for(status, payload, resp.headers, what, retry_after_from_body, secrets)
     except aiohttp.ClientResponseError as exc:
-        raise Transient(f"{what}: {type(exc).__name__}: {exc.message}", exc.status) from None
+        raise Transient(f"{what}: {transport_failure(exc, secrets)}", exc.status) from None
     except aiohttp.ClientSSLError as exc:  # a connection opened, refused by TLS: not an outage
-        raise Transient(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        raise Transient(f"{what}: {transport_failure(exc, secrets)}") from None
     except (
         aiohttp.ClientConnectorError,
         aiohttp.ConnectionTimeoutError,
     ) as exc:  # the server was not reached
-        raise Unreachable(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        raise Unreachable(f"{what}: {transport_failure(exc, secrets)}") from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
         idle = isinstance(exc, aiohttp.SocketTimeoutError)
-        raise (IdleTimeout if idle else Transient)(f"{what}: {_why(exc)}") from None
+        raise (IdleTimeout if idle else Transient)(
+            f"{what}: {transport_failure(exc, secrets)}"
+        ) from None
 
 
 def _decoder(resp: aiohttp.ClientResponse, what: str) -> Any:
@@ -570,7 +572,7 @@ async def post_stream(
                 zlib.error,
             ) as exc:
                 if progress.began:
-                    raise cut_stream(what, progress, _why(exc)) from None
+                    raise cut_stream(what, progress, transport_failure(exc, secrets)) from None
                 raise
             if assembler.error is not None:
                 if progress.began:
@@ -587,21 +589,26 @@ async def post_stream(
                 )
             return redact(assembler.body(), secrets)
     except aiohttp.ClientResponseError as exc:
-        raise Transient(f"{what}: {type(exc).__name__}: {exc.message}", exc.status) from None
+        raise Transient(f"{what}: {transport_failure(exc, secrets)}", exc.status) from None
     except aiohttp.ClientSSLError as exc:
-        raise Transient(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        raise Transient(f"{what}: {transport_failure(exc, secrets)}") from None
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-        raise Unreachable(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        raise Unreachable(f"{what}: {transport_failure(exc, secrets)}") from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
         idle = isinstance(exc, aiohttp.SocketTimeoutError)  # before any of the reply: as post's
-        raise (IdleTimeout if idle else Transient)(f"{what}: {_why(exc)}") from None
+        raise (IdleTimeout if idle else Transient)(
+            f"{what}: {transport_failure(exc, secrets)}"
+        ) from None
 
 
-def _why(exc: BaseException) -> str:
-    """A transport failure in words; a read that waited longer than the idle timeout says so."""
+def transport_failure(exc: BaseException, secrets: tuple[bytes, ...] = ()) -> str:
+    """A transport failure in words, ``secrets`` redacted (aiohttp quotes the bytes it could not
+    parse: a status line, a header, a chunk size, which a server can make the key); a read that
+    waited longer than the idle timeout says so."""
     if isinstance(exc, aiohttp.SocketTimeoutError):
         return IDLE
-    return f"{type(exc).__name__}: {exc}".rstrip(": ")
+    text = exc.message if isinstance(exc, aiohttp.ClientResponseError) else exc
+    return _redacted(f"{type(exc).__name__}: {text}".rstrip(": "), secrets)
 
 
 async def _stop_if_failed(token: Awaitable[str]) -> str:

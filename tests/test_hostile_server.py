@@ -420,3 +420,47 @@ async def test_a_key_echoed_in_a_first_event_that_is_not_json_is_redacted(
     for path in (tmp_path / "c").rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        (b"HTTP/1.1 2x0 KEY\r\n\r\n", "ClientResponseError: Bad status line"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nBad\x01Header: KEY\r\n\r\n{}", "Invalid header"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzzKEY\r\n", "chunk size"),
+    ],
+)
+async def test_a_key_echoed_in_broken_http_framing_is_redacted(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: bytes, said: str
+):
+    """aiohttp quotes the bytes it cannot parse (a status line, a header, a chunk size): a server
+    that writes the key there had it stored in the cache's ``error`` and printed."""
+    import asyncio
+
+    secret = "sk-test-key-in-the-framing-42"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head and (more := await reader.read(65536)):
+            head += more
+        if head:
+            writer.write(reply.replace(b"KEY", secret.encode()))
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    try:
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+        limits = replace(FAST, max_attempts=1)
+        _, _, rows = await run_model(
+            f"openai:gpt-fake@{url}", data_dir, tmp_path / "c", limits=limits
+        )
+    finally:
+        server.close()
+        await server.wait_closed()
+    (error,) = rows["error"].to_list()
+    assert said in error and "[REDACTED]" in error and secret not in error
+    for path in (tmp_path / "c").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes()
