@@ -49,7 +49,7 @@ from .batches import (
     iso_time,
 )
 from .errors import MalformedReply
-from .http import error_for
+from .http import error_for, same_origin
 
 # an errored result's error type -> the HTTP status the synchronous API answers it with
 # (platform.claude.com /docs/en/api/errors), so that it is classified as the synchronous reply would
@@ -174,6 +174,8 @@ class AnthropicBatch(BatchAPI):
             return
         if url.startswith("/"):
             url = self.adapter.base_url + url
+        if not same_origin(url, self.adapter.base_url):  # the key is sent to the base URL alone
+            url = f"{self.url}/{status.batch_id}/results"  # the documented address there
         async for lines in self.lines(url):
             yield [self.result(raw) for raw in lines]
 

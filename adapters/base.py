@@ -8,6 +8,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -205,6 +206,18 @@ class ModelSpec:
     options: dict = field(default_factory=dict)
     name: str | None = None
     effort: str | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse a base URL that carries credentials or a query (ValueError, the secret not
+        quoted): the base URL is written to the cache, runs.jsonl and the outputs."""
+        parts = urlsplit(self.base_url or "")
+        if parts.username is not None or parts.password is not None or parts.query:
+            raise ValueError(
+                f"model {self.kind}:{self.model or ''}: its base URL carries credentials or a "
+                f"query ({parts.scheme}://{parts.hostname}...: user:password@ or ?key=...); give "
+                "the API key in its environment variable (or --option api_key_env=NAME, "
+                "api_key_command): the base URL is written to the cache, runs.jsonl and the outputs"
+            )
 
 
 @dataclass(frozen=True, slots=True)

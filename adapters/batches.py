@@ -32,7 +32,7 @@ import aiohttp
 import orjson
 
 from .errors import AdapterError, Fatal, ProviderStop, Transient
-from .http import error_for, post, redact
+from .http import error_for, post, redact, transport_failure
 
 if TYPE_CHECKING:
     from .base import Adapter, Request
@@ -217,7 +217,9 @@ class BatchAPI:
         Raises as ``call`` does."""
         secrets = self.adapter._secrets
         try:
-            async with self.session().get(url, headers=headers or self.headers()) as resp:
+            async with self.session().get(
+                url, headers=headers or self.headers(), allow_redirects=False
+            ) as resp:
                 if resp.status >= 300:
                     payload = redact(await resp.content.read(64 << 10), secrets)
                     error = error_for(
@@ -226,6 +228,7 @@ class BatchAPI:
                         resp.headers,
                         self.what,
                         self.adapter.retry_after_from_body,
+                        secrets,
                     )
                     if resp.status == 404:
                         raise BatchLost(not_found(self.what, "GET", url), 404)
@@ -261,7 +264,8 @@ class BatchAPI:
                 elif held.strip():
                     yield [redact(bytes(held), secrets)]
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
-            raise Transient(f"{self.what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+            why = transport_failure(exc, self.adapter._secrets)
+            raise Transient(f"{self.what}: {why}") from None
 
     # ---- the protocol -------------------------------------------------------------------------
     def line(self, request: Request) -> bytes:

@@ -22,7 +22,9 @@
     │                              spend limit exhausted, key refused (401/403), a stated wait longer than
     │                              the run accepts, a server that cannot be reached (at start, or for longer
     │                              than the run waits), a System One server that serves another model than
-    │                              the one asked for (at start, or in a reply); or to this model alone (``scope`` "model"): unknown
+    │                              the one asked for (at start, or in a reply), a redirect (3xx: never
+    │                              followed, so no request and no key goes to another address); or
+    │                              to this model alone (``scope`` "model"): unknown
     │                              model (404), a 400 for a schema or parameter it does not support. The
     │                              runner stops sending to that provider or model (``runner.sending.stops``); the
     │                              request is not stored, so the next run sends it
@@ -144,6 +146,7 @@ QUOTA, KEY, MODEL, REQUEST, WAIT = (
     "wait too long",
 )
 UNREACHABLE = "server unreachable"
+REDIRECT = "redirected"  # a 3xx: never followed (the key would go to another address)
 SERVED = "serves another model"  # a System One server whose model is not the one asked for
 SCOPE_PROVIDER, SCOPE_MODEL = "provider", "model"
 MODEL_CAUSES = frozenset(
@@ -156,7 +159,8 @@ class ProviderStop(AdapterError):
     nothing more is sent to it.
 
     ``cause`` is one of ``QUOTA``, ``KEY``, ``MODEL``, ``REQUEST``, ``WAIT``, ``UNREACHABLE``,
-    ``SERVED`` (a System One server that serves another model than the one asked for); the
+    ``SERVED`` (a System One server that serves another model than the one asked for),
+    ``REDIRECT`` (a 3xx reply: ``http.redirected``); the
     message carries the provider's own words (at most 300 bytes, the key redacted). ``resets_in_s``
     is the seconds until the provider says access resumes (measured against the reply's ``Date``
     header), when it says so. ``scope`` is ``SCOPE_MODEL`` for what names one model (an unknown

@@ -55,7 +55,7 @@ from .batches import (
     iso_time,
 )
 from .errors import MalformedReply, Transient
-from .http import error_for, redact
+from .http import error_for, redact, redirected, same_origin, transport_failure
 
 ENDED = {
     "BATCH_STATE_SUCCEEDED": COMPLETED,
@@ -181,6 +181,7 @@ class GeminiBatch(BatchAPI):
                 f"{self.adapter.base_url}/upload/v1beta/files",
                 headers=start,
                 data=orjson.dumps({"file": {"displayName": entry_id}}),
+                allow_redirects=False,
             ) as resp:
                 payload = await resp.read()
                 if resp.status == 404:
@@ -192,11 +193,22 @@ class GeminiBatch(BatchAPI):
                     )
                 if resp.status >= 300:
                     raise error_for(
-                        resp.status, redact(payload, self.adapter._secrets), resp.headers, self.what
+                        resp.status,
+                        redact(payload, self.adapter._secrets),
+                        resp.headers,
+                        self.what,
+                        secrets=self.adapter._secrets,
                     )
                 target = resp.headers.get("X-Goog-Upload-URL")
             if not target:
                 raise Transient(f"{self.what}: the upload was not given an upload URL")
+            if not same_origin(target, self.adapter.base_url):  # the key goes nowhere else
+                raise redirected(
+                    resp.status,
+                    {"Location": target},
+                    f"{self.what}: the upload URL",
+                    self.adapter._secrets,
+                )
             with open(path, "rb") as f:
                 async with self.session().post(
                     target,
@@ -209,6 +221,7 @@ class GeminiBatch(BatchAPI):
                             "X-Goog-Upload-Command": "upload, finalize",
                         }
                     ),
+                    allow_redirects=False,
                 ) as resp:
                     payload = await resp.read()
                     if resp.status >= 300:
@@ -217,9 +230,11 @@ class GeminiBatch(BatchAPI):
                             redact(payload, self.adapter._secrets),
                             resp.headers,
                             self.what,
+                            secrets=self.adapter._secrets,
                         )
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
-            raise Transient(f"{self.what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+            why = transport_failure(exc, self.adapter._secrets)
+            raise Transient(f"{self.what}: {why}") from None
         try:
             name = orjson.loads(payload)["file"]["name"]
         except (orjson.JSONDecodeError, KeyError, TypeError):

@@ -27,6 +27,7 @@ from .base import Adapter, Limits, ModelSpec, Progress, Request, canonical_param
 from .credentials import KeyCommand
 from .errors import (
     KEY,
+    REDIRECT,
     UNREACHABLE,
     AdapterError,
     Fatal,
@@ -287,6 +288,23 @@ def redact(payload: bytes, secrets: tuple[bytes, ...]) -> bytes:
     return payload
 
 
+def redact_prefix(prefix: bytes, secrets: tuple[bytes, ...]) -> bytes:
+    """``redact`` for the first bytes of a longer body (what is kept of a reply too large): a secret
+    the cut split is redacted too (its first 4 bytes or more at the very end), so a server that
+    places the key across the cut cannot have all but its last bytes kept."""
+    out = redact(prefix, secrets)
+    for secret in secrets:
+        for n in range(len(secret) - 1, 3, -1):
+            if out.endswith(secret[:n]):
+                return out[:-n] + REDACTED
+    return out
+
+
+def _redacted(text: str, secrets: tuple[bytes, ...]) -> str:
+    """``text`` (a message quoting the provider) with ``secrets`` redacted."""
+    return redact(text.encode(), secrets).decode("utf-8", "replace")
+
+
 DEFAULT_MAX_REPLY_BYTES = Limits.max_reply_bytes
 TOO_LONG = (
     "the prompt, with the output budget it asks for, is longer than the model's context: a model "
@@ -307,20 +325,49 @@ FIRST_BYTE = (
 ERROR_BYTES = 64 << 10  # what is read of an error reply
 
 
+def same_origin(url: str | yarl.URL, base: str | yarl.URL) -> bool:
+    """Whether ``url`` is at ``base``'s origin (scheme, host and port): the only address an API key
+    is sent to."""
+    a, b = yarl.URL(str(url)), yarl.URL(str(base))
+    return a.is_absolute() and b.is_absolute() and a.origin() == b.origin()
+
+
+def redirected(
+    status: int, headers: Mapping[str, str], what: str, secrets: tuple[bytes, ...] = ()
+) -> ProviderStop:
+    """The stop a 3xx reply means: a redirect is never followed (``post`` and every request with a
+    key: ``allow_redirects=False``), since following it would send the request, and the headers
+    that carry the key, to an address the user never named. ProviderStop (cause ``REDIRECT``: every
+    request to that base URL would meet it) naming the target (``Location``, the key redacted)."""
+    location = next((v for k, v in headers.items() if k.lower() == "location"), "")
+    target = redact(location.encode(), secrets).decode("utf-8", "replace")[:300]
+    return ProviderStop(
+        f"{what}: HTTP {status}: the server redirects to {target or '(no Location given)'}; not "
+        "followed (a request, and its API key, is only sent to the base URL named); if that "
+        "address is the API's, name it as the base URL",
+        REDIRECT,
+        status,
+    )
+
+
 def error_for(
     status: int,
     payload: bytes,
     headers: Mapping[str, str],
     what: str,
     retry_after_from_body: Callable[[bytes], float | None] | None = None,
+    secrets: tuple[bytes, ...] = (),
 ) -> AdapterError:
-    """The error a non-2xx reply means (``payload``: its body, redacted already): ProviderStop for
+    """The error a non-2xx reply means (``payload``: its body, redacted already): a redirect (3xx)
+    stops the provider (``redirected``, ``secrets`` redacted from its target); ProviderStop for
     what every request to the provider would meet alike (``provider_errors.provider_stop``),
     RateLimited (429, 529, and 503 with a Retry-After, with that wait, or the one
     ``retry_after_from_body`` reads from the body), Transient (408, 409, 425, other 5xx) or Fatal
     (other 4xx, with what to check), as ``errors.status_kind`` classifies them; ``x-should-retry``
     as ``post`` describes. The one reading of an error reply: ``post`` and the batch calls
     (``adapters.batches``)."""
+    if 300 <= status < 400:
+        return redirected(status, headers, what, secrets)
     snippet = _snippet(payload)
     stop = provider_stop(status, payload, what, snippet, reply_time(headers))
     if stop is not None:
@@ -366,43 +413,47 @@ async def post(
 
     ``what`` names the model in messages. Raises ProviderStop for what every request to the provider
     would meet alike (``provider_errors.provider_stop``: an exhausted quota, a refused key, an
-    unknown model, a refused form of request), RateLimited (429, 529, and 503 with a Retry-After,
-    with that wait, or the one ``retry_after_from_body`` reads from the error body when the header
-    is absent), Transient (408, 409, 425, other 5xx, timeouts, connection errors, a damaged
-    compressed body; Unreachable when no connection could be opened at all) or Fatal (other 4xx,
-    with what to check): ``error_for``. ``x-should-retry: false`` (the OpenAI and Anthropic SDKs'
-    header) makes a retryable failure final for this run; ``true`` makes another 4xx retryable.
-    Messages never include the request headers, and ``secrets`` (the API key the headers carry,
-    ``secrets_in(headers)``, computed once per adapter) are redacted from every body returned or
-    quoted.
+    unknown model, a refused form of request; a redirect, never followed: ``redirected``),
+    RateLimited (429, 529, and 503 with a Retry-After, with that wait, or the one
+    ``retry_after_from_body`` reads from the error body when the header is absent), Transient (408,
+    409, 425, other 5xx, timeouts, connection errors, a damaged compressed body; Unreachable when no
+    connection could be opened at all) or Fatal (other 4xx, with what to check): ``error_for``.
+    ``x-should-retry: false`` (the OpenAI and Anthropic SDKs' header) makes a retryable failure
+    final for this run; ``true`` makes another 4xx retryable. Messages never include the request
+    headers, and ``secrets`` (the API key the headers carry, ``secrets_in(headers)``, computed once
+    per adapter) are redacted from every body returned or quoted.
     """
     try:
-        async with client.request(method, url, data=body, headers=headers) as resp:
+        async with client.request(
+            method, url, data=body, headers=headers, allow_redirects=False
+        ) as resp:
             status = resp.status
             try:
                 payload = redact(
                     await read_body(resp, max_bytes if status < 300 else ERROR_BYTES, what), secrets
                 )
             except ReplyTooLarge as exc:
-                exc.prefix = redact(exc.prefix, secrets)
+                exc.prefix = redact_prefix(exc.prefix, secrets)
                 if status < 300:
                     raise
                 payload = exc.prefix  # an error body that large: its start says enough
             if status < 300:
                 return payload
-            raise error_for(status, payload, resp.headers, what, retry_after_from_body)
+            raise error_for(status, payload, resp.headers, what, retry_after_from_body, secrets)
     except aiohttp.ClientResponseError as exc:
-        raise Transient(f"{what}: {type(exc).__name__}: {exc.message}", exc.status) from None
+        raise Transient(f"{what}: {transport_failure(exc, secrets)}", exc.status) from None
     except aiohttp.ClientSSLError as exc:  # a connection opened, refused by TLS: not an outage
-        raise Transient(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        raise Transient(f"{what}: {transport_failure(exc, secrets)}") from None
     except (
         aiohttp.ClientConnectorError,
         aiohttp.ConnectionTimeoutError,
     ) as exc:  # the server was not reached
-        raise Unreachable(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        raise Unreachable(f"{what}: {transport_failure(exc, secrets)}") from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
         idle = isinstance(exc, aiohttp.SocketTimeoutError)
-        raise (IdleTimeout if idle else Transient)(f"{what}: {_why(exc)}") from None
+        raise (IdleTimeout if idle else Transient)(
+            f"{what}: {transport_failure(exc, secrets)}"
+        ) from None
 
 
 def _decoder(resp: aiohttp.ClientResponse, what: str) -> Any:
@@ -460,7 +511,9 @@ async def post_stream(
     timeout). A stream past ``max_bytes`` raises
         ReplyTooLarge with its first bytes."""
     try:
-        async with client.request("POST", url, data=body, headers=headers) as resp:
+        async with client.request(
+            "POST", url, data=body, headers=headers, allow_redirects=False
+        ) as resp:
             status = resp.status
             kind = resp.headers.get("Content-Type", "").lower()
             if status >= 300 or "text/event-stream" not in kind:  # an error, or a whole reply
@@ -468,19 +521,22 @@ async def post_stream(
                 try:
                     payload = redact(await read_body(resp, bound, what), secrets)
                 except ReplyTooLarge as exc:
-                    exc.prefix = redact(exc.prefix, secrets)
+                    exc.prefix = redact_prefix(exc.prefix, secrets)
                     if status < 300:
                         raise
                     payload = exc.prefix
                 if status < 300:
                     progress.received = len(payload)
                     return payload
-                raise error_for(status, payload, resp.headers, what, retry_after_from_body)
+                raise error_for(status, payload, resp.headers, what, retry_after_from_body, secrets)
             decoder, parser, prefix = _decoder(resp, what), SSEParser(), bytearray()
             size = 0
             try:
                 async for chunk in resp.content.iter_any():
-                    data = chunk if decoder is None else decoder.decompress(chunk)
+                    # at most what the bound leaves (+1): a small compressed chunk may expand
+                    # enormously; fewer bytes mean the chunk was decoded whole
+                    room = max_bytes + 1 - size
+                    data = chunk if decoder is None else decoder.decompress(chunk, room)
                     size += len(data)
                     progress.received = size
                     if len(prefix) < PREFIX_BYTES:
@@ -489,7 +545,7 @@ async def post_stream(
                         resp.close()
                         raise ReplyTooLarge(
                             f"reply larger than {max_bytes} bytes",
-                            redact(bytes(prefix), secrets),
+                            redact_prefix(bytes(prefix), secrets),
                             max_bytes,
                             status,
                         )
@@ -503,7 +559,9 @@ async def post_stream(
                         break
                 for event, text in parser.close():
                     assembler.feed(event, text)
-            except MalformedReply as exc:
+            except MalformedReply as exc:  # its text is the raw event's: redacted
+                exc.args = (_redacted(str(exc), secrets),)
+                exc.raw = None if exc.raw is None else _redacted(exc.raw, secrets)
                 if progress.began:
                     raise cut_stream(what, progress, f"an event that is not JSON: {exc}") from None
                 raise
@@ -514,11 +572,12 @@ async def post_stream(
                 zlib.error,
             ) as exc:
                 if progress.began:
-                    raise cut_stream(what, progress, _why(exc)) from None
+                    raise cut_stream(what, progress, transport_failure(exc, secrets)) from None
                 raise
             if assembler.error is not None:
                 if progress.began:
-                    why = f"an error event: {body_error(assembler.error)}"
+                    # the event is the provider's raw words: an echoed key is redacted
+                    why = _redacted(f"an error event: {body_error(assembler.error)}", secrets)
                     raise cut_stream(what, progress, why)
                 # an error before any of the reply: decoded as an error inside a 200 (retried)
                 return redact(assembler.body(), secrets)
@@ -530,21 +589,26 @@ async def post_stream(
                 )
             return redact(assembler.body(), secrets)
     except aiohttp.ClientResponseError as exc:
-        raise Transient(f"{what}: {type(exc).__name__}: {exc.message}", exc.status) from None
+        raise Transient(f"{what}: {transport_failure(exc, secrets)}", exc.status) from None
     except aiohttp.ClientSSLError as exc:
-        raise Transient(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        raise Transient(f"{what}: {transport_failure(exc, secrets)}") from None
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-        raise Unreachable(f"{what}: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        raise Unreachable(f"{what}: {transport_failure(exc, secrets)}") from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
         idle = isinstance(exc, aiohttp.SocketTimeoutError)  # before any of the reply: as post's
-        raise (IdleTimeout if idle else Transient)(f"{what}: {_why(exc)}") from None
+        raise (IdleTimeout if idle else Transient)(
+            f"{what}: {transport_failure(exc, secrets)}"
+        ) from None
 
 
-def _why(exc: BaseException) -> str:
-    """A transport failure in words; a read that waited longer than the idle timeout says so."""
+def transport_failure(exc: BaseException, secrets: tuple[bytes, ...] = ()) -> str:
+    """A transport failure in words, ``secrets`` redacted (aiohttp quotes the bytes it could not
+    parse: a status line, a header, a chunk size, which a server can make the key); a read that
+    waited longer than the idle timeout says so."""
     if isinstance(exc, aiohttp.SocketTimeoutError):
         return IDLE
-    return f"{type(exc).__name__}: {exc}".rstrip(": ")
+    text = exc.message if isinstance(exc, aiohttp.ClientResponseError) else exc
+    return _redacted(f"{type(exc).__name__}: {text}".rstrip(": "), secrets)
 
 
 async def _stop_if_failed(token: Awaitable[str]) -> str:

@@ -208,7 +208,7 @@ class SystemOne(Adapter):
         self._session = http.session(self.limits.max_in_flight, self.limits.attempt_timeout_s)
         url = f"{self.base_url}/health"
         try:
-            async with self._session.get(url, headers=self._headers) as resp:
+            async with self._session.get(url, headers=self._headers, allow_redirects=False) as resp:
                 doc = orjson.loads(await resp.read()) if resp.status == 200 else None
         except (aiohttp.ClientError, TimeoutError) as exc:
             await self.close()

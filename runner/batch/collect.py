@@ -24,7 +24,7 @@ from dxi.adapters.errors import REQUEST
 from dxi.cache.ledger import Entry
 from dxi.evals import Task
 
-from ..sending.cost import CostBoundReached, Settled
+from ..sending.cost import CostBoundReached, Settled, credible
 from ..sending.retry import Outcome
 from ..sending.rows import make_row
 from .options import BATCH, failpoint
@@ -322,7 +322,9 @@ class Collecting:
                         )
                     )
                 else:
-                    outcome.reply = self.adapter.decode_parsed(task, body, result.doc)
+                    reply = self.adapter.decode_parsed(task, body, result.doc)
+                    request = self._request(key, task, sample, sent)
+                    outcome.reply = credible(reply, self.adapter, task, request)
             except AdapterError as exc:
                 error = exc
         if (

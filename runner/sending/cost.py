@@ -32,7 +32,8 @@ sent again) does not count against it.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from dxi.adapters import Adapter, AdapterError, Reply, Request, Unreachable
@@ -109,6 +110,50 @@ UNBOUNDED = (
 )
 """The ``cost_reason`` of a model's ``requests`` cost when ``n`` attempts were settled at a
 reservation that bounds nothing (``Settled.bounded`` False)."""
+
+
+MAX_COUNT = 2**63 - 1  # the cache's token columns are 64-bit integers
+_INPUTS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "cache_write_1h_tokens")
+log = logging.getLogger("dxi.cost")
+
+
+def incredible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> str | None:
+    """Why ``reply``'s usage cannot be what ``request`` cost, or None when it can: an input count
+    (input, cached, cache writes) past ``input_bound`` of the request (its body's bytes plus what
+    the provider adds unseen: a token is at least a byte), or output tokens past the request's own
+    cap (``Adapter.output_tokens_bound``, which the provider enforces), or any count past a 64-bit
+    integer (the cache's columns)."""
+    limit = input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS)
+    for name in _INPUTS:
+        count = getattr(reply, name)
+        if count is not None and count > limit:
+            return (
+                f"{name} {count} > {limit}, the most its {len(request.body)}-byte request can hold"
+            )
+    out, cap = reply.output_tokens, adapter.output_tokens_bound(task)
+    if out is not None and cap is not None and out > cap:
+        return f"output_tokens {out} > {cap}, the request's own cap"
+    if out is not None and out > MAX_COUNT:
+        return f"output_tokens {out} > {MAX_COUNT}"
+    return None
+
+
+def credible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> Reply:
+    """``reply``, without its usage (every count None) when it is not credible (``incredible``:
+    a broken or hostile server's usage): its cost is then unknown, charged and recorded as a reply
+    without usage is (at most its reservation; ``Charge.settle``), with a warning, never as the
+    absurd figure reported (nor a count the cache cannot hold)."""
+    why = incredible(reply, adapter, task, request)
+    if why is None:
+        return reply
+    log.warning(
+        "%s: a reply's usage is not credible (%s): not kept, its cost is unknown",
+        adapter.label,
+        why,
+    )
+    from dxi.scoring.cost import USAGE_COLUMNS
+
+    return replace(reply, **dict.fromkeys(USAGE_COLUMNS))
 
 
 class Settled(NamedTuple):

@@ -69,9 +69,9 @@ from dxi.adapters.errors import REQUEST, SCOPE_MODEL
 from dxi.adapters.provider_errors import STREAM_FIELDS
 from dxi.evals import Task
 
-from .cost import Charge
+from .cost import Charge, credible
 from .limits import ProviderLimiter
-from .stops import RunStopping, too_long
+from .stops import RunStopping, too_long, too_slow
 
 if TYPE_CHECKING:
     from tenacity import AsyncRetrying, RetryCallState
@@ -133,22 +133,27 @@ def _waiter(limits: Limits, limiter: ProviderLimiter):
     return wait
 
 
-def reclassify(error: AdapterError, max_stated_wait_s: float, model_answered: bool) -> AdapterError:
+def reclassify(
+    error: AdapterError, max_stated_wait_s: float, model_answered: bool, tokens: float = 1.0
+) -> AdapterError:
     """The runner's two re-classifications of an adapter's error (``adapters.errors`` describes them
     beside the tree): a RateLimited whose stated wait (``retry_after`` seconds) is longer than
     ``max_stated_wait_s`` becomes a ProviderStop of cause ``WAIT``
-    (``runner.sending.stops.too_long``); a ProviderStop of cause ``REQUEST`` (a form of request the
-    model refuses) becomes Fatal (this request's own failure, stored and kept) when
-    ``model_answered`` (the model has answered other requests in this run), except a refusal of
-    the streamed form (its ``field`` one of ``STREAM_FIELDS``: that request is answered when sent
-    whole, so it is never stored as a deterministic failure, which a ``--stream never`` run would
-    find cached). Any other error is returned as it is."""
+    (``runner.sending.stops.too_long``), as does one that states a limit so low that pacing to it
+    would wait longer (``too_slow``: ``tokens`` the request's estimate); a ProviderStop of cause
+    ``REQUEST`` (a form of request the model refuses) becomes Fatal (this request's own failure,
+    stored and kept) when ``model_answered`` (the model has answered other requests in this run),
+    except a refusal of the streamed form (its ``field`` one of ``STREAM_FIELDS``: that request is
+    answered when sent whole, so it is never stored as a deterministic failure, which a
+    ``--stream never`` run would find cached). Any other error is returned as it is."""
     if (
         isinstance(error, RateLimited)
         and error.retry_after is not None
         and error.retry_after > max_stated_wait_s
     ):
         return too_long(error, max_stated_wait_s)
+    if isinstance(error, RateLimited) and (stop := too_slow(error, max_stated_wait_s, tokens)):
+        return stop
     if (
         isinstance(error, ProviderStop)
         and error.cause == REQUEST
@@ -236,6 +241,7 @@ async def _once(
             out.ttft_s, out.streamed = progress.ttft_s, progress.streamed
         reply = adapter.decode(task, out.body)
         adapter.check_served(reply)  # not the model asked for: ProviderStop, no row (its cost kept)
+        reply = credible(reply, adapter, task, request)  # absurd usage: none, its cost unknown
         out.reply, ok = reply, True
         limiter.model_replies[adapter.label] += 1
     except ReplyTooLarge as exc:  # read no further; stored invalid with its first bytes
@@ -246,7 +252,10 @@ async def _once(
         if isinstance(exc, RateLimited):
             out.rate_limited += 1
         error = reclassify(
-            exc, adapter.limits.max_stated_wait_s, limiter.model_replies[adapter.label] > 0
+            exc,
+            adapter.limits.max_stated_wait_s,
+            limiter.model_replies[adapter.label] > 0,
+            limiter.estimate(len(request.body)),
         )
         if isinstance(error, ProviderStop):
             if error.scope == SCOPE_MODEL:  # this model alone: the provider's other models go on

@@ -26,12 +26,21 @@ the same base URL go on. When one arrives (``runner.sending.retry``):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from dxi.adapters import ProviderStop, RateLimited
-from dxi.adapters.errors import QUOTA, SCOPE_MODEL, SCOPE_PROVIDER, SERVED, UNREACHABLE, WAIT
+from dxi.adapters.errors import (
+    QUOTA,
+    REDIRECT,
+    SCOPE_MODEL,
+    SCOPE_PROVIDER,
+    SERVED,
+    UNREACHABLE,
+    WAIT,
+)
 
 from .limits import ProviderLimiter
 
@@ -137,6 +146,24 @@ def too_long(error: RateLimited, bound_s: float) -> ProviderStop:
     )
 
 
+def too_slow(error: RateLimited, bound_s: float, tokens: float = 1.0) -> ProviderStop | None:
+    """The stop for a rate limit that states its provider's own limit (``error.rpm`` requests or
+    ``error.tpm`` tokens per minute) so low that pacing one request (of ``tokens`` tokens, the
+    estimate of the request) to it would wait longer than ``bound_s``
+    (``x-ratelimit-limit-requests: 0.001``: one request every 60,000 s, which the pacing would
+    honour, the run hanging for hours); None when it is not."""
+    for limit, unit, each in ((error.rpm, "requests", 1.0), (error.tpm, "tokens", tokens)):
+        if limit and 60 * each / limit > bound_s:
+            return ProviderStop(
+                f"{error} (the provider states a limit of {limit:g} {unit} per minute: one request "
+                f"every {60 * each / limit:.0f} s, longer than the {bound_s:g} s the run waits: "
+                "--max-stated-wait)",
+                WAIT,
+                error.status,
+            )
+    return None
+
+
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -157,7 +184,10 @@ def stopped_providers(
     out = []
 
     def block(key: str, scope: str, labels: list[str], error: ProviderStop, at: float) -> dict:
-        resets = None if error.resets_in_s is None else _iso(at + error.resets_in_s)
+        resets = None
+        if error.resets_in_s is not None:
+            with contextlib.suppress(OverflowError, ValueError, OSError):  # past any date (a
+                resets = _iso(at + error.resets_in_s)  # hostile Retry-After: 1e30 s): none
         return {
             "provider": key,
             "scope": scope,
@@ -210,6 +240,11 @@ def describe(block: dict) -> str:
         text += " Add credit or raise the limit, then rerun."
     elif block["cause"] == UNREACHABLE:
         text += " Start the server (or check its address and the network), then rerun."
+    elif block["cause"] == REDIRECT:
+        text += (
+            " Nothing was sent to the address it redirects to: if that is the API's, name it as "
+            "the base URL, then rerun."
+        )
     elif block["cause"] == SERVED:
         text += (
             " Serve the model asked for there (or name the model the server serves), then rerun; "

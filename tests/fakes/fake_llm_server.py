@@ -13,11 +13,21 @@ behaviour from ``script`` (then ``default``):
 * ``"429"`` / ``"429:<seconds>"`` (or any status): rate limited, with ``Retry-After`` when given;
   ``"429body:<seconds>"``: the wait only in the error body (Gemini ``RetryInfo``); ``"529"``,
   ``"500"``, ``"503"``, ``"400"``, ``"401"``: that status with the format's error body;
+  ``"429limit:N"``: a 429 with ``Retry-After: 0`` stating ``x-ratelimit-limit-requests: N``;
 * ``"malformed"``: 200 with a body that is not JSON; ``"drop"``: the connection closed without a
   reply;
 * ``"echo401"``: 401 whose message quotes the key the request carried, as providers do;
+* ``"redirect:URL"`` (``"redirect301:URL"``, ``302``, ``308``): a 307 (or that status) whose
+  ``Location`` is URL followed by the request's path and query, as a server moved elsewhere;
 * ``"nousage"`` (Chat Completions): the ok reply without its ``usage`` (whole, or streamed without
   the usage chunk), as a server that reports none;
+* ``"usage:N"`` (Chat Completions, not streamed): the ok reply whose ``usage`` states N (JSON:
+  ``1000000000000``, ``-5``, ``1.5``, ``"12"``, ``null``) input and output tokens, as a broken or
+  hostile server might;
+* ``"echobig:N"``: 200 (``text/event-stream`` when streamed, else JSON): N bytes of ``x``, the key
+  the request carried, then 5 MiB of ``y`` (a reply too large, with the key across where it is cut);
+* ``"bomb:N"``: 200, ``text/event-stream`` in ``Content-Encoding: gzip``, N MiB of blank lines
+  (a gzip bomb: about N KiB on the wire), sent in one write;
 * ``"nostreamopt"`` (Chat Completions): a 400 refusing ``stream_options`` when the request carries
   it (``"param": "stream_options"``, ``"code": null``, as OpenAI-compatible servers answer;
   ``"nostreamopt:coded"``: ``"code": "unsupported_parameter"``, as OpenAI's), else the ok reply.
@@ -40,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -112,6 +123,13 @@ class FakeLLM:
             kind = "ok"
         if stream and kind in ("cut", "stall", "slow", "error_event", "error_first"):
             return await self._stream(request, payload, fmt, "ok", kind, arg)
+        if kind.startswith("redirect"):
+            status = int(kind.removeprefix("redirect") or 307)
+            location = arg + request.path_qs
+            return web.Response(status=status, headers={"Location": location})
+        if kind == "429limit":
+            headers = {"Retry-After": "0", "x-ratelimit-limit-requests": arg}
+            return web.json_response(error_body(fmt, 429), status=429, headers=headers)
         if kind.isdigit():
             status = int(kind)
             headers = {"Retry-After": arg} if arg else {}
@@ -140,6 +158,22 @@ class FakeLLM:
             if not stream:
                 return web.json_response(reply)
             return await self._send(request, sse_streams.openai_events(reply, self.pieces))
+        if kind == "usage" and fmt == "openai":
+            reply = openai_chat(payload, "ok")
+            count = orjson.loads(arg)
+            reply["usage"] = {"prompt_tokens": count, "completion_tokens": count}
+            return web.Response(body=orjson.dumps(reply), content_type="application/json")
+        if kind == "echobig":
+            sent = request.headers.get("x-api-key") or request.headers.get("Authorization", "")
+            body = b"x" * int(arg) + sent.removeprefix("Bearer ").encode() + b"y" * (5 << 20)
+            kind_ = "text/event-stream" if stream else "application/json"
+            return web.Response(body=body, content_type=kind_)
+        if kind == "bomb":
+            packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip
+            mib = b"\n" * (1 << 20)
+            bomb = b"".join(packer.compress(mib) for _ in range(int(arg))) + packer.flush()
+            headers = {"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}
+            return web.Response(body=bomb, headers=headers)
         if kind == "429body":
             return web.json_response(error_body(fmt, 429, float(arg)), status=429)
         if kind == "malformed":

@@ -1,0 +1,466 @@
+"""The runner against a provider's server that is hostile or broken, on real HTTP on 127.0.0.1
+(``tests/fakes/fake_llm_server.py``): what it must never do (send the key to another address) and
+what it must always do (stop, and say so clearly)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from dxi.adapters.errors import ProviderStop
+from dxi.adapters.http import error_for
+
+from .fakes.fake_llm_server import FakeLLM
+from .helpers.runs import FAST, run_model
+
+NAMES = {"openai": "gpt-fake", "anthropic": "claude-fake", "gemini": "gemini-fake"}
+KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}
+PATHS = {
+    "openai": "/v1/chat/completions",
+    "anthropic": "/v1/messages",
+    "gemini": "/v1beta/models/gemini-fake:generateContent",
+}
+STREAM_PATHS = PATHS | {"gemini": "/v1beta/models/gemini-fake:streamGenerateContent?alt=sse"}
+
+
+@pytest.mark.parametrize("stream", ["never", "always"])
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
+async def test_a_redirect_is_never_followed_and_stops_the_provider_naming_its_target(
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    status: int,
+    stream: str,
+):
+    """A server that redirects elsewhere (another port: another origin) is not followed: aiohttp
+    drops ``Authorization`` on a cross-origin redirect but sends ``x-api-key`` and
+    ``x-goog-api-key`` on, so following would hand the Anthropic and Gemini keys to the other
+    address. Nothing reaches it; the provider stops (cause ``redirected``), naming the target."""
+    secret = "sk-test-key-never-sent-elsewhere-42"
+    monkeypatch.setenv(KEY_ENV[kind], secret)
+    limiters: dict = {}
+    async with FakeLLM() as elsewhere:
+        async with FakeLLM(default=f"redirect{status}:{elsewhere.url}") as server:
+            base = server.url + ("/v1" if kind == "openai" else "")
+            _, stats, rows = await run_model(
+                f"{kind}:{NAMES[kind]}@{base}",
+                data_dir,
+                tmp_path / "c",
+                limits=replace(FAST, stream=stream),
+                limiters=limiters,
+            )
+    assert (len(elsewhere.requests), len(server.requests)) == (0, 1)
+    assert (stats.refused, stats.attempts, rows.height) == (1, 1, 0)
+    (limiter,) = limiters.values()
+    path = (STREAM_PATHS if stream == "always" else PATHS)[kind]
+    assert (limiter.halted.cause, limiter.halted.status) == ("redirected", status)
+    assert str(limiter.halted) == (
+        f"{kind}:{NAMES[kind]}: HTTP {status}: the server redirects to {elsewhere.url}{path}; not "
+        "followed (a request, and its API key, is only sent to the base URL named); if that "
+        "address is the API's, name it as the base URL"
+    )
+
+
+def test_a_redirect_target_that_carries_the_key_is_redacted():
+    secret = "sk-test-key-in-the-location-42"
+    error = error_for(
+        302,
+        b"",
+        {"location": f"http://127.0.0.1:1/v1?key={secret}"},
+        "m",
+        secrets=(secret.encode(),),
+    )
+    assert (type(error), error.cause, error.status) == (ProviderStop, "redirected", 302)
+    assert str(error) == (
+        "m: HTTP 302: the server redirects to http://127.0.0.1:1/v1?key=[REDACTED]; not followed "
+        "(a request, and its API key, is only sent to the base URL named); if that address is "
+        "the API's, name it as the base URL"
+    )
+
+
+async def test_a_batch_never_sends_the_key_to_an_address_the_provider_names_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A batch's results URL (Anthropic ``results_url``) and upload URL (Gemini
+    ``X-Goog-Upload-URL``) come from the provider's replies: one at another address is never sent
+    the key. Anthropic's results are read at the documented path on the base URL instead; a Gemini
+    upload URL elsewhere stops the provider (cause ``redirected``), naming it."""
+    from aiohttp import web
+
+    from dxi import adapters
+    from dxi.adapters.anthropic_batch import AnthropicBatch
+    from dxi.adapters.batches import BatchStatus
+    from dxi.adapters.gemini_batch import GeminiBatch
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-never-elsewhere-42")
+    monkeypatch.setenv("GEMINI_API_KEY", "AIza-never-elsewhere-42")
+    seen: list[tuple[str, str]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append((request.host, request.path))
+        if request.path.startswith("/upload/"):
+            upload = f"{elsewhere}/upload/v1beta/files?upload_id=1"
+            return web.Response(headers={"X-Goog-Upload-URL": upload})
+        return web.Response(body=b'{"custom_id": "k", "result": {"type": "canceled"}}\n')
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    runners = [web.AppRunner(app), web.AppRunner(app)]
+    ports = []
+    for runner in runners:
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        ports.append(runner.addresses[0][1])
+    base, elsewhere = (f"http://127.0.0.1:{p}" for p in ports)
+    anthropic = adapters.get(f"anthropic:claude-fake@{base}")
+    gemini = adapters.get(f"gemini:gemini-fake@{base}")
+    file = tmp_path / "in.jsonl"
+    file.write_bytes(b"{}\n")
+    try:
+        await anthropic.start()
+        await gemini.start()
+        status = BatchStatus("b1", "ended", output={"results_url": f"{elsewhere}/results/b1"})
+        lines = [
+            line async for group in AnthropicBatch(anthropic).results(status) for line in group
+        ]
+        with pytest.raises(ProviderStop) as stop:
+            await GeminiBatch(gemini).upload("e1", file, 1, 3)
+    finally:
+        await anthropic.close()
+        await gemini.close()
+        for runner in runners:
+            await runner.cleanup()
+    assert [line.key for line in lines] == ["k"]
+    assert seen == [
+        (f"127.0.0.1:{ports[0]}", "/v1/messages/batches/b1/results"),
+        (f"127.0.0.1:{ports[0]}", "/upload/v1beta/files"),
+    ]
+    assert stop.value.cause == "redirected"
+    assert str(stop.value) == (
+        f"gemini:gemini-fake (batch): the upload URL: HTTP 200: the server redirects to "
+        f"{elsewhere}/upload/v1beta/files?upload_id=1; not followed (a request, and its API key, is "
+        "only sent to the base URL named); if that address is the API's, name it as the base URL"
+    )
+
+
+@pytest.mark.parametrize("count", [10**12, 2**64 - 1])
+async def test_usage_no_request_could_have_used_is_not_kept_and_its_cost_is_unknown(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
+):
+    """A server that reports more tokens than a request can hold (input: more than its body's bytes;
+    output: past its own cap) is not believed: the usage is not kept (the cost is unknown, charged
+    at most its reservation, as a reply without usage) rather than recording $80,000,000 for two
+    requests; 2**64 - 1 tokens no longer crash the cache (a 64-bit column)."""
+    import asyncio
+
+    import orjson
+    import polars as pl
+
+    from dxi.runner.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    async with FakeLLM(default=f"usage:{count}") as server:
+        argv = ["run", "--model", f"openai:gpt-fake@{server.url}/v1", "--evals", "when2call"]
+        argv += ["--limit", "2", "--max-cost", "1", "--price", "openai:gpt-fake=10/30"]
+        argv += ["--param", "max_completion_tokens=100", "--data-dir", str(data_dir)]
+        argv += ["--cache-dir", str(cache), "--out", str(out), "-q"]
+        assert await asyncio.to_thread(main, argv) == 0
+        sizes = [len(orjson.dumps(body)) for _, body in server.requests]
+    (model,) = orjson.loads((out / "summary.json").read_bytes())["models"]
+    requests = model["requests"]
+    reserved = sum(size * 10 + 100 * 30 for size in sizes) / 1e6  # input bound, output cap: USD
+    assert (requests["sent"], requests["input_tokens"], requests["output_tokens"]) == (2, 0, 0)
+    assert requests["cost_usd"] == requests["cost_at_reservation_usd"] == pytest.approx(reserved)
+    rows = pl.read_parquet(next(cache.rglob("*.parquet")))
+    assert rows.select("status", "input_tokens", "output_tokens").rows() == [("ok", None, None)] * 2
+
+
+async def test_a_streamed_gzip_bomb_is_decoded_no_further_than_the_reply_bound(
+    data_dir: Path, tmp_path: Path
+):
+    """256 MiB of blank lines gzipped (about 250 KiB on the wire) as a streamed reply: each piece
+    read is decoded no further than ``--max-reply-bytes`` leaves, so memory stays within the bound
+    (here 1 MiB) rather than a piece's whole expansion (a 64 KiB piece is 64 MiB decoded); the reply
+    is stored invalid, "reply larger than 1048576 bytes"."""
+    import tracemalloc
+
+    limits = replace(FAST, stream="always", max_reply_bytes=1 << 20, max_attempts=1)
+    async with FakeLLM(default="bomb:256") as server:
+        tracemalloc.start()
+        try:
+            _, stats, rows = await run_model(
+                f"openai:gpt-fake@{server.url}/v1", data_dir, tmp_path / "c", limits=limits
+            )
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert (stats.attempts, rows["status"].to_list()) == (1, ["invalid"])
+    (answer, *_) = rows["answers"].to_list()[0]
+    assert answer["error"] == "reply larger than 1048576 bytes"
+    assert peak < 16 << 20, peak
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "resets_at"),
+    [
+        ("99999999999999999999999999999999", None),
+        ("Fri, 31 Dec 9999 23:59:59 GMT", "9999-12-31T23:59:59Z"),
+    ],
+)
+async def test_a_retry_after_past_any_date_stops_the_provider_without_a_crash(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, retry_after: str, resets_at
+):
+    """``Retry-After: 1e32`` seconds (delay-seconds, any length of digits) or the last HTTP date
+    there is: a wait longer than ``--max-stated-wait``, so the provider stops (exit 6, cause ``wait
+    too long``), at once and without waiting; a wait past any date a clock can write has no
+    ``resets_at`` (it crashed writing one, exit 70, no summary)."""
+    import asyncio
+
+    import orjson
+
+    from dxi.runner.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
+    async with FakeLLM(default=f"429:{retry_after}") as server:
+        argv = ["run", "--model", f"openai:gpt-fake@{server.url}/v1", "--evals", "when2call"]
+        argv += ["--limit", "1", "--data-dir", str(data_dir), "-q"]
+        argv += ["--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "o")]
+        assert await asyncio.to_thread(main, argv) == 6
+        assert len(server.requests) == 1
+    (stop,) = orjson.loads((tmp_path / "o" / "summary.json").read_bytes())["stopped_providers"]
+    assert (stop["cause"], stop["http_status"], stop["resets_at"]) == (
+        "wait too long",
+        429,
+        resets_at,
+    )
+
+
+@pytest.mark.parametrize("stream", ["never", "always"])
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_key_across_the_cut_of_a_reply_too_large_is_redacted(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, stream: str
+):
+    """A reply too large is kept as its first 2000 bytes: a server that echoes the key at byte 1990
+    had its first 10 bytes kept in the cache (``x``*1990 + ``sk-test-ke``), as near the cut as it
+    likes (all but the key's last byte); the part before the cut is redacted too."""
+    secret = "sk-test-key-across-the-cut-42"
+    monkeypatch.setenv(KEY_ENV[kind], secret)
+    limits = replace(FAST, stream=stream, max_reply_bytes=1 << 20, max_attempts=1)
+    async with FakeLLM(default="echobig:1990") as server:
+        base = server.url + ("/v1" if kind == "openai" else "")
+        _, _, rows = await run_model(
+            f"{kind}:{NAMES[kind]}@{base}", data_dir, tmp_path / "c", limits=limits
+        )
+    assert rows["status"].to_list() == ["invalid"]
+    assert rows["raw_reply"].to_list() == ["x" * 1990 + "[REDACTED]"]
+    for path in (tmp_path / "c").rglob("*"):
+        if path.is_file():
+            assert secret[:4].encode() not in path.read_bytes()
+
+
+async def test_a_stated_limit_that_would_pace_past_the_longest_wait_stops_the_provider(
+    data_dir: Path, tmp_path: Path
+):
+    """A 429 stating ``x-ratelimit-limit-requests: 0.001`` (one request every 60,000 s) made the
+    pacing wait 16 hours before each next request: the run hung. A limit whose pace passes
+    ``--max-stated-wait`` stops the provider (cause ``wait too long``), as a longer stated wait
+    does; the other requests are not sent (the next run sends them)."""
+    import asyncio
+
+    limiters: dict = {}
+    limits = replace(FAST, max_in_flight=1)
+    async with FakeLLM(script=["429limit:0.001"]) as server:
+        async with asyncio.timeout(20):
+            _, stats, rows = await run_model(
+                f"openai:gpt-fake@{server.url}/v1",
+                data_dir,
+                tmp_path / "c",
+                limits=limits,
+                limit=3,
+                limiters=limiters,
+            )
+    assert (len(server.requests), stats.refused, rows.height) == (1, 1, 0)
+    (limiter,) = limiters.values()
+    assert limiter.halted.cause == "wait too long"
+    assert str(limiter.halted).endswith(
+        " (the provider states a limit of 0.001 requests per minute: one request every 60000 s, longer "
+        "than the 600 s the run waits: --max-stated-wait)"
+    )
+
+
+def test_a_stated_token_limit_stops_the_provider_when_one_request_would_wait_too_long():
+    """``x-ratelimit-limit-tokens: 10`` with a request of about 2,000 tokens: 12,000 s for each;
+    a stop. ``rpm`` 1 (60 s a request) is within ``--max-stated-wait`` 600: honoured, no stop."""
+    from dxi.adapters.errors import RateLimited
+    from dxi.runner.sending.retry import reclassify
+
+    slow = RateLimited("m: HTTP 429", 0.0, tpm=10)
+    stop = reclassify(slow, 600.0, model_answered=True, tokens=2000)
+    assert (type(stop), stop.cause) == (ProviderStop, "wait too long")
+    assert str(stop) == (
+        "m: HTTP 429 (the provider states a limit of 10 tokens per minute: one request every "
+        "12000 s, longer than the 600 s the run waits: --max-stated-wait)"
+    )
+    fine = RateLimited("m: HTTP 429", 0.0, rpm=1, tpm=1_000_000)
+    assert reclassify(fine, 600.0, model_answered=True, tokens=2000) is fine
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://user:pw-secret-42@127.0.0.1:1/v1", "https://127.0.0.1:1/v1beta?key=pw-secret-42"],
+)
+def test_a_base_url_that_carries_a_secret_is_refused_without_quoting_it(url: str):
+    """Credentials in the base URL (user:password@, ?key=) crashed the run (aiohttp refuses
+    userinfo beside an Authorization header: exit 70) after writing them to runs.jsonl as the
+    endpoint; the model string is refused before anything starts, without quoting the secret."""
+    from dxi import adapters
+
+    with pytest.raises(ValueError) as refused:
+        adapters.parse_model(f"openai:gpt-fake@{url}")
+    assert "pw-secret-42" not in str(refused.value)
+    assert str(refused.value).startswith(
+        "model openai:gpt-fake: its base URL carries credentials or a query (http"
+    )
+
+
+def test_a_run_files_base_url_that_carries_a_secret_is_refused(tmp_path: Path):
+    """A run file's provider table names its base URL apart from the model string: refused too."""
+    from dxi.adapters import ModelSpec
+
+    with pytest.raises(ValueError, match="its base URL carries credentials") as refused:
+        ModelSpec("anthropic", "claude-fake", "https://u:pw-secret-42@127.0.0.1:1")
+    assert "pw-secret-42" not in str(refused.value)
+
+
+async def test_a_key_echoed_in_an_error_event_mid_stream_is_redacted(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A stream cut by an error event after its first event is stored as a transient failure
+    quoting the event: a server that echoes the key there had it stored in the cache's ``error``
+    (and printed among the first errors)."""
+    import orjson
+    from aiohttp import web
+
+    from .fakes import sse_streams
+
+    secret = "sk-test-key-in-an-error-event-42"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        chunk = {"id": "c", "object": "chat.completion.chunk", "model": "gpt-fake"}
+        chunk["choices"] = [{"index": 0, "delta": {"role": "assistant", "content": "{"}}]
+        await response.write(sse_streams.frame(chunk))
+        said = request.headers["Authorization"]
+        await response.write(b"data: " + orjson.dumps({"error": {"message": said}}) + b"\n\n")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+        limits = replace(FAST, stream="always", max_attempts=1)
+        _, _, rows = await run_model(
+            f"openai:gpt-fake@{url}", data_dir, tmp_path / "c", limits=limits
+        )
+    finally:
+        await runner.cleanup()
+    (error,) = rows["error"].to_list()
+    assert error.startswith("openai:gpt-fake: the streamed reply was cut after ")
+    assert "(an error event: Bearer [REDACTED])" in error
+    for path in (tmp_path / "c").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes()
+
+
+async def test_a_key_echoed_in_a_first_event_that_is_not_json_is_redacted(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A stream whose first event is not JSON fails before any of the reply (retried, then stored
+    as a transient failure with the text received as its raw reply): the key it echoes is
+    redacted there."""
+    from aiohttp import web
+
+    secret = "sk-test-key-in-a-broken-event-42"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(
+            b"data: {not json " + request.headers["Authorization"].encode() + b"\n\n"
+        )
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+        limits = replace(FAST, stream="always", max_attempts=1)
+        _, _, rows = await run_model(
+            f"openai:gpt-fake@{url}", data_dir, tmp_path / "c", limits=limits
+        )
+    finally:
+        await runner.cleanup()
+    assert rows.select("status", "raw_reply").rows() == [("failed", "{not json Bearer [REDACTED]")]
+    for path in (tmp_path / "c").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        (b"HTTP/1.1 2x0 KEY\r\n\r\n", "ClientResponseError: Bad status line"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nBad\x01Header: KEY\r\n\r\n{}", "Invalid header"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzzKEY\r\n", "chunk size"),
+    ],
+)
+async def test_a_key_echoed_in_broken_http_framing_is_redacted(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: bytes, said: str
+):
+    """aiohttp quotes the bytes it cannot parse (a status line, a header, a chunk size): a server
+    that writes the key there had it stored in the cache's ``error`` and printed."""
+    import asyncio
+
+    secret = "sk-test-key-in-the-framing-42"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head and (more := await reader.read(65536)):
+            head += more
+        if head:
+            writer.write(reply.replace(b"KEY", secret.encode()))
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    try:
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+        limits = replace(FAST, max_attempts=1)
+        _, _, rows = await run_model(
+            f"openai:gpt-fake@{url}", data_dir, tmp_path / "c", limits=limits
+        )
+    finally:
+        server.close()
+        await server.wait_closed()
+    (error,) = rows["error"].to_list()
+    assert said in error and "[REDACTED]" in error and secret not in error
+    for path in (tmp_path / "c").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes()
