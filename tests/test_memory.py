@@ -81,7 +81,8 @@ def test_only_a_batch_run_tunes_the_allocators(tmp_path):
             "session.run = stop_here\n"
             "try:\n"
             f"    cli.main(['run', '--model', 'openai:gpt-x@http://127.0.0.1:9/v1', '--data-dir', {str(data)!r}, "
-            f"'--cache-dir', {str(tmp_path / 'cache')!r}, '--out', {str(tmp_path / 'out')!r}, '-q', *{list(flags)!r}])\n"
+            f"'--cache-dir', {str(tmp_path / 'cache')!r}, '--out', {str(tmp_path / 'out')!r}, '-q', "
+            f"'--evals', 'when2call', *{list(flags)!r}])\n"
             "except SystemExit as stop:\n    print(stop.code)"
         )
         env = {"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": "sk-test"}

@@ -765,7 +765,8 @@ def test_dxi_cache_compact_merges_the_shards_of_a_run_file(tmp_path: Path):
             run_file = tmp_path / f"run{k}.toml"
             run_file.write_text(
                 f'data_dir = "{data}"\ncache_dir = "cache{k}"\nout = "out{k}"\n'
-                f'cache_remote = "file://{shared}"\n[[models]]\nprovider = "systemone"\n'
+                f'cache_remote = "file://{shared}"\n[evals]\nselect = ["when2call"]\n'
+                f'[[models]]\nprovider = "systemone"\n'
                 f'model = "fake"\n[providers.systemone]\nkind = "systemone"\nbase_url = "{server.url}"\n'
             )
             assert (

@@ -36,7 +36,16 @@ async def test_score_keeps_the_price_the_run_used_and_price_overrides_it(
     out = tmp_path / "out"
     async with FakeProvider(model=None) as server:
         model = f"systemone:m1@{server.url}"
-        run = ["run", "--model", model, "--price", "systemone:m1=1000/2000", "-q"]
+        run = [
+            "run",
+            "--model",
+            model,
+            "--price",
+            "systemone:m1=1000/2000",
+            "-q",
+            "--evals",
+            "when2call",
+        ]
         assert await asyncio.to_thread(main, [*run, *common, "--out", str(out)]) == 0
     tokens_in, tokens_out = fake_usage(tmp_path / "cache")
     cost = round((tokens_in * 1000 + tokens_out * 2000) / 1e6, 6)

@@ -205,9 +205,12 @@ def dxi_args(
     ``models`` (model strings, one ``--model`` each, in order; none: no ``--model``) on the data dir
     ``data``, caching in ``cache`` and writing ``out`` (None: no ``--out``, as ``dxi estimate``
     takes none), then the flags ``extra`` as given: for ``dxi.runner.cli.main`` in this process.
-    ``dxi run`` and ``estimate`` of a folder without all four evaluations select those it holds
-    (``select_flags``), unless ``extra`` selects."""
-    chosen = command in ("run", "estimate") and not any(str(x).startswith("--evals") for x in extra)
+    ``dxi run``, ``estimate`` and the commands that score (``score``, ``report``, ``export``) of a
+    folder without all four evaluations select those it holds (``select_flags``), unless ``extra``
+    selects: so a rescoring selects what its run did."""
+    chosen = command in ("run", "estimate", "score", "report", "export") and not any(
+        str(x).startswith("--evals") for x in extra
+    )
     return [
         command,
         *(flag for model in models for flag in ("--model", model)),
