@@ -30,6 +30,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from dxi.view.home import running  # whether a process still runs (/proc, else a signal 0)
+
 OUTPUTS = ("answers.parquet", "tables", "report.html", "summary.json")
 """Every output of one scoring in ``OUT``, in the order ``commit`` puts them in place."""
 PREFIX = ".dxi-staging-"
@@ -131,18 +133,8 @@ def _sweep(out: Path) -> None:
     wrote)."""
     for folder in out.glob(f"{PREFIX}*"):
         pid = folder.name[len(PREFIX) :]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not running(int(pid), 0):
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 @contextlib.contextmanager
