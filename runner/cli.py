@@ -178,14 +178,12 @@ def _module(command: str) -> ModuleType:
 
 def main(argv: list[str] | None = None, decided: Callable[[int], None] | None = None) -> int:
     """``dxi``: parse ``argv`` (default: ``sys.argv[1:]``), run the command, return its exit code
-    (``runner.errors``). Standard output and error are ``runner.streams.Guarded`` meanwhile: a
-    reader that closes the pipe (``dxi run | head``) ends the output, never the command, and changes
-    no exit code. ``decided`` is called with the code as soon as the command has returned it
-    (``dxi.__main__``: ``runner.signals.exit_at_once``, so a late signal changes nothing)."""
+    (``runner.errors``), given to ``decided`` first (``signals.exit_at_once``: a late signal changes
+    nothing). Standard output and error are ``runner.streams.Guarded`` meanwhile: a reader that
+    closes the pipe (``dxi run | head``) ends the output, never the command nor its exit code."""
     with streams.guarded():
         code = _main(argv)
-        if decided is not None:
-            decided(code)
+        (decided or int)(code)
         return code
 
 
