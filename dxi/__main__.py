@@ -46,7 +46,11 @@ def command() -> None:
 
     A ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM) that reaches here, from an import, planning or
     scoring (``dxi run`` handles its own during the run), prints "Interrupted." on standard error
-    and exits 130 (SIGINT) or 143 (SIGTERM). Once ``main`` has returned, every output is written and
+    and exits 130 (SIGINT) or 143 (SIGTERM). Once the command has returned its exit code (``main``'s
+    ``decided``), its work is done: a signal that comes later ends the process at once with that
+    code, no line, no traceback (``runner.signals.exit_at_once``; one raised where Python cannot
+    raise it, a weakref callback as the command's objects are freed, is delivered again:
+    ``runner.signals._unraisable``). Once ``main`` has returned, every output is written and
     the cache is closed; the exit handlers run (logging's flush, the thread pools' joins) after the
     other threads have ended, standard output and error are flushed, and the process ends with
     ``os._exit``: freeing every module and object one by one (Polars, PyArrow, the frames) would
@@ -59,7 +63,7 @@ def command() -> None:
         signals.take_signals()
         from dxi.runner.cli import main
 
-        code = main()
+        code = main(decided=signals.exit_at_once)  # from its code on, a signal changes nothing
     except SystemExit as exc:  # argparse's --help and usage errors
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if exc.code is not None and not isinstance(exc.code, int):
@@ -76,7 +80,9 @@ def command() -> None:
     import atexit
     import threading
 
-    signals.exit_at_once(code)  # from here a signal ends dxi at once: nothing is left to save
+    signals.exit_at_once(
+        code
+    )  # from here a signal ends dxi at once, with code: nothing is left to save
     # the interpreter's own exit sequence, less the teardown: the thread pools are told to stop and
     # every non-daemon thread is joined (threading._shutdown), then the exit handlers run
     shutdown = getattr(threading, "_shutdown", None)

@@ -15,7 +15,7 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from types import ModuleType
 
 from dxi.lazy import LazyModule
@@ -176,13 +176,15 @@ def _module(command: str) -> ModuleType:
     return importlib.import_module(f"{__package__}.commands.{COMMANDS[command]}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, decided: Callable[[int], None] | None = None) -> int:
     """``dxi``: parse ``argv`` (default: ``sys.argv[1:]``), run the command, return its exit code
-    (``runner.errors``). Standard output and error are ``runner.streams.Guarded`` meanwhile: a
-    reader that closes the pipe (``dxi run | head``) ends the output, never the command, and changes
-    no exit code."""
+    (``runner.errors``), given to ``decided`` first (``signals.exit_at_once``: a late signal changes
+    nothing). Standard output and error are ``runner.streams.Guarded`` meanwhile: a reader that
+    closes the pipe (``dxi run | head``) ends the output, never the command nor its exit code."""
     with streams.guarded():
-        return _main(argv)
+        code = _main(argv)
+        (decided or int)(code)
+        return code
 
 
 def _main(argv: list[str] | None) -> int:

@@ -25,6 +25,7 @@ from dxi.lazy import LazyModule
 from .distributed import setup as distributed
 from .errors import EXIT_FAILED_REQUESTS, UsageError
 from .outputs import history
+from .outputs import staging as _staging
 from .planning import paths
 from .planning.inputs import PlanInputs, inputs_of
 from .planning.plan import from_inputs, price_flags, price_of, suite_of, tolerance, with_effort
@@ -310,6 +311,7 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
     runs' own record, OUT/run-history.jsonl (``runner.outputs.history``), is only read: a note
     points at it."""
     plan, out = selection.plan, selection.out
+    _staging.writing(out)  # a stop from here on says what OUT holds (left as it was, until commit)
     allowed: Tolerance | None = (
         plan.tolerance() if plan else tolerance(selection.inputs.allow_failed)
     )

@@ -11,6 +11,10 @@ preemption).
   extension's initialisation can crash the interpreter (a ``KeyboardInterrupt`` inside orjson's made
   it segfault), and an interrupted import leaves nothing to save. Until ``take_signals`` has run,
   ``dxi.__main__``'s own handler does the same.
+* **Once the command has returned its exit code** (``exit_at_once``, from ``runner.cli.main``'s
+  ``decided``): its work is done, so a signal changes nothing: the process ends at once with that
+  code, no line, no traceback. One raised where Python cannot raise it (a weakref callback as the
+  command's objects are freed) is delivered again, never printed (``_unraisable``).
 * **During a run** (``Graceful``, around ``runner.session``'s event loop): the first signal
   *drains*: nothing new is sent, the requests on the wire finish and are stored
   (``runner.sending.stops.RunStop``), each model's rest is counted not sent (as after the cost
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -89,17 +94,34 @@ def take_signals() -> None:
     continues. Either signal inside an import ends ``dxi`` at once (``_on_signal``)."""
     for sig in (signal.SIGINT, signal.SIGTERM):  # over dxi.__main__'s early handlers
         signal.signal(sig, _on_signal)
+    sys.unraisablehook = _unraisable
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
+def _unraisable(info: sys.UnraisableHookArgs) -> None:
+    """``sys.unraisablehook`` once ``take_signals`` has run: a ``KeyboardInterrupt`` that
+    ``_on_signal`` raised where Python cannot raise it (a weakref callback, a ``__del__``: the
+    objects freed as a command returns) is not printed ("Exception ignored in: ...", a traceback)
+    but delivered again, at the next point that can raise it (or to ``exit_at_once``'s handler once
+    the command's exit code is decided); anything else is printed as Python prints it."""
+    if isinstance(info.exc_value, KeyboardInterrupt) and _received:
+        signal.raise_signal(_received[-1])
+        return
+    sys.__unraisablehook__(info)
+
+
 def exit_at_once(code: int) -> None:
-    """Once everything is written (the command's tail): SIGINT and SIGTERM end the process at once,
-    with ``code`` when it already stopped on a signal, else the signal's own exit code (130,
-    143)."""
+    """Once the command has returned its exit code ``code`` (``runner.cli.main``'s ``decided``,
+    then the command's tail: the exit handlers, the streams flushed): its work is done, so a SIGINT
+    or SIGTERM changes nothing: it ends the process at once with ``code`` (standard output and
+    error flushed first), no line, no traceback."""
     import os
 
     def end(signum: int, frame: object) -> None:
-        os._exit(code if code in (EXIT_INTERRUPTED, EXIT_TERMINATED) else 128 + signum)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, end)

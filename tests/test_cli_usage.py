@@ -872,6 +872,43 @@ def test_a_selected_evaluation_without_data_is_refused_before_anything_is_sent(
     assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("command", ["run", "estimate"])
+def test_the_one_evaluation_selected_without_data_is_named_though_the_others_are_there(
+    command: str, data_dir: Path, tmp_path: Path, capsys
+):
+    """A folder holding the three others but no HLE file, `--evals hle_multichoice`: the same
+    refusal as when all four are selected, naming HLE and the file looked for (it said "no
+    evaluation data found in DIR", false: three are there); the generic message stays for a folder
+    holding no evaluation at all."""
+    shutil.rmtree(data_dir / "hle")
+    folders = ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
+    argv = [
+        command,
+        "--model",
+        "embedded",
+        "--data-dir",
+        str(data_dir),
+        "--evals",
+        "hle_multichoice",
+    ]
+    assert main([*argv, *(folders if command == "run" else folders[:2])]) == EXIT_USAGE
+    assert capsys.readouterr().err == (
+        f"dxi {command}: error: no data for hle_multichoice, which the run selects: no "
+        f"HLE-MultiChoice file under {data_dir} (looked for hle/*.json, hle/*.jsonl, hle/*.parquet, "
+        "hle*.json, hle*.jsonl, hle*.parquet). Nothing was sent (the Decision Index needs all four "
+        "evaluations). Put the file there or name it (--data-dir DIR; --omniscience, --hle, "
+        "--when2call or --wildguardtest FILE; `dxi data check` lists what is found)\n"
+    )
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    argv[4] = str(empty)
+    assert main([*argv, *(folders if command == "run" else folders[:2])]) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith(
+        f"dxi {command}: error: no evaluation data found in {empty}.\n"
+    )
+
+
 @pytest.mark.slow
 def test_the_evaluations_a_folder_holds_run_when_selected(data_dir: Path, tmp_path: Path, capsys):
     """The folder of the test above, the three others selected with --evals: the run goes on,

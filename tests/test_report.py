@@ -138,6 +138,35 @@ def test_a_ctrl_c_while_the_report_is_written_leaves_the_earlier_outputs_whole_a
     )
 
 
+@pytest.mark.parametrize("html", [False, True])
+def test_a_ctrl_c_before_anything_is_staged_says_the_folder_is_left_as_it_was(
+    report: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, html: bool
+):
+    """`dxi score` and `dxi report` stopped by Ctrl-C while they read the cache (before staging
+    starts: the models to score being found): the folder is as it was, and the line says so (it
+    said "Interrupted (Ctrl-C)." alone)."""
+    from dxi.runner import signals
+    from dxi.runner.outputs import staging
+
+    before = _outputs(report)
+    monkeypatch.setattr(staging, "_state", {})
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # as Python's handler raises it on Ctrl-C
+
+    monkeypatch.setattr(rescore, "models_to_score", interrupted)
+    selection = rescore.select(
+        PlanInputs(data_dir=data_dir, cache_dir=tmp_path / "cache", out=report)
+    )
+    with pytest.raises(KeyboardInterrupt):
+        rescore.rescore(selection, html=html)
+    assert _outputs(report) == before
+    assert signals.stopped_line() == (
+        f"Interrupted (Ctrl-C). {report} is left as it was: none of this scoring's outputs was "
+        "written there."
+    )
+
+
 def test_a_ctrl_c_while_the_outputs_are_put_in_place_is_handled_once_they_all_are(
     report: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

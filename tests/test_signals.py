@@ -958,3 +958,48 @@ def test_the_message_of_a_stop_cut_short_says_what_was_abandoned_and_what_was_no
         "wire). The rest was not all counted in time: the run's line in run-history.jsonl marks "
         "the counts that are incomplete."
     )
+
+
+@pytest.mark.process
+def test_a_signal_once_the_command_has_returned_its_code_changes_nothing(tmp_path: Path):
+    """SIGINT sent the moment ``runner.cli.main`` has returned the command's exit code (the
+    ``returned`` event: its work done, the process only ending): the process ends with the command's
+    own code and output, no "Interrupted" line, no traceback (it printed "Interrupted (Ctrl-C)."
+    and exited 130; landing in a weakref callback as objects were freed, "Exception ignored in:
+    ... raise KeyboardInterrupt")."""
+    from .helpers import events
+
+    data = data_dir(tmp_path / "data", 3)
+    argv = [DXI, "data", "check", "--data-dir", str(data)]
+    plain = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    log = tmp_path / "events.jsonl"
+    late = subprocess.run(
+        argv, env=events.env(log, "returned:1/INT"), capture_output=True, text=True, timeout=120
+    )
+    # `dxi data check` of a folder holding When2Call alone: exit 1 (three evaluations missing)
+    assert [e[3] for e in events.read(log, "returned")] == [1]
+    assert (plain.returncode, plain.stderr) == (1, "")
+    assert (late.returncode, late.stdout, late.stderr) == (1, plain.stdout, "")
+
+
+def test_a_keyboard_interrupt_python_cannot_raise_is_delivered_again_not_printed(
+    monkeypatch: pytest.MonkeyPatch, capsys
+):
+    """A KeyboardInterrupt raised by dxi's handler inside a weakref callback (``sys.unraisablehook``
+    once ``take_signals`` has run): not printed, the signal delivered again; any other exception is
+    printed as Python prints it."""
+    import sys
+    from types import SimpleNamespace
+
+    from dxi.runner import signals
+
+    sent: list[int] = []
+    monkeypatch.setattr(signals, "_received", [signal.SIGINT])
+    monkeypatch.setattr(signal, "raise_signal", sent.append)
+    signals._unraisable(SimpleNamespace(exc_value=KeyboardInterrupt()))
+    assert sent == [signal.SIGINT]
+    printed: list[object] = []
+    monkeypatch.setattr(sys, "__unraisablehook__", printed.append)
+    other = SimpleNamespace(exc_value=ValueError("x"))
+    signals._unraisable(other)
+    assert (sent, printed) == ([signal.SIGINT], [other])

@@ -17,7 +17,9 @@ new ones. Now (``Staging``):
   the earlier set's files or this one's, never some of each.
 
 ``holds(out)`` says what ``OUT`` holds for the message of a command a signal stopped
-(``runner.signals``). A staging folder a killed process left is removed by the next one.
+(``runner.signals``): from the moment the command notes it will write there (``writing``, before it
+loads or scores anything), so an early Ctrl-C says ``OUT`` is left as it was too. A staging folder a
+killed process left is removed by the next one.
 """
 
 from __future__ import annotations
@@ -85,6 +87,13 @@ class Staging:
             self.discard()
         self.removed = [n for n in held if n not in new]
         return self.removed
+
+
+def writing(out: Path) -> None:
+    """Note that a scoring of this process will write into ``out`` (``dxi score`` and ``report``,
+    first thing): a signal before its staging starts (loading, scoring) then says ``out`` is left as
+    it was (``holds``), as one while it is staged does."""
+    _state.setdefault(str(Path(out)), False)
 
 
 def written(out: Path) -> bool | None:

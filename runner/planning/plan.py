@@ -204,23 +204,7 @@ class Plan:
         would be missing while the run reads as done. The message names each such evaluation, the
         file looked for and the folder (``Suite.no_data``), and the ``--evals`` that runs the
         others. ``dxi plan`` (which needs all four) reads the same ``Suite.no_data``."""
-        missing = self.suite.no_data()
-        if not missing:
-            return
-        others = [n for n in self.suite.selected() if n not in missing]
-        rest = (
-            f"; to run the others alone: --evals {','.join(others)}"
-            + ("" if self.source is None else f" (or [evals] select in {self.source})")
-            if others
-            else ""
-        )
-        raise UsageError(
-            f"no data for {', '.join(missing)}, which the run selects: "
-            + "; ".join(missing.values() if len(missing) == 1 else map(": ".join, missing.items()))
-            + ". Nothing was sent (the Decision Index needs all four evaluations). Put the file "
-            "there or name it (--data-dir DIR; --omniscience, --hle, --when2call or "
-            f"--wildguardtest FILE; `dxi data check` lists what is found){rest}"
-        )
+        refuse_missing(self.suite, self.source)
 
     def check_cost_bound(self) -> None:
         """Under a cost bound every model needs a price (a model on this machine is free by default)
@@ -304,6 +288,31 @@ def _exclude_item(item: str, base: Path | None = None) -> tuple[str | None, Path
     return name, (base / file if base is not None else Path(file))
 
 
+def refuse_missing(suite: Suite, source: Path | None = None) -> None:
+    """``Plan.check_data``'s refusal (UsageError) when an evaluation ``suite`` selects has no data
+    (``Suite.no_data``), naming each, the file looked for and the folder, and the ``--evals`` that
+    runs the others (``source``: the run file, for its ``[evals] select``). ``_suite`` raises it too
+    when no evaluation selected has data but the folder holds another one (``--evals
+    hle_multichoice`` without the HLE file)."""
+    missing = suite.no_data()
+    if not missing:
+        return
+    others = [n for n in suite.selected() if n not in missing]
+    rest = (
+        f"; to run the others alone: --evals {','.join(others)}"
+        + ("" if source is None else f" (or [evals] select in {source})")
+        if others
+        else ""
+    )
+    raise UsageError(
+        f"no data for {', '.join(missing)}, which the run selects: "
+        + "; ".join(missing.values() if len(missing) == 1 else map(": ".join, missing.items()))
+        + ". Nothing was sent (the Decision Index needs all four evaluations). Put the file "
+        "there or name it (--data-dir DIR; --omniscience, --hle, --when2call or "
+        f"--wildguardtest FILE; `dxi data check` lists what is found){rest}"
+    )
+
+
 def _suite(
     data_dir: Path | None,
     files: dict[str, Path],
@@ -348,6 +357,8 @@ def _suite(
         raise UsageError(str(exc)) from None
     # every selected file whole, before anything is sent or scored (evals.DatasetError)
     suite.validate()
+    if not suite.selected() and any(d.file for d in discover(data_dir).values()):
+        refuse_missing(suite)  # the folder holds others: the selected ones it lacks, named
     if not suite.selected():
         where = (
             f"no --data-dir given, ${DATA_DIR_ENV} is not set and neither ./data nor ../shared/data exists"

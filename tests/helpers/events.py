@@ -17,6 +17,8 @@ which watches a few points of dxi's own code and appends one JSON line per occur
 * ``["committing", n, pid, moved]``: a scoring's outputs are being put in place: the earlier ones
   (``moved``, their names) moved out of ``OUT``, the new ones not yet renamed in
   (``runner.outputs.staging._clear`` returned, inside the step that holds signals).
+* ``["returned", n, pid, code]``: the command returned its exit code (``runner.cli.main``
+  returned, in ``dxi.__main__.command``): its work is done, the process is only ending.
 
 ``kill_at="compaction:2"`` kills the process (SIGKILL) right after the 2nd occurrence is written
 (``"committing:1/INT"``: sends it SIGINT, a Ctrl-C, instead), so

@@ -97,7 +97,20 @@ def _staging(module) -> None:
     module._clear = watched
 
 
+def _cli(module) -> None:
+    main = module.main
+
+    @functools.wraps(main)
+    def watched(*args, **kwargs):
+        code = main(*args, **kwargs)
+        event("returned", code)
+        return code
+
+    module.main = watched
+
+
 WATCH = {
+    "cli": _cli,
     "layout": _layout,
     "limits": _limits,
     "shared_limits": _shared_limits,
