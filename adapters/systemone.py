@@ -209,7 +209,8 @@ class SystemOne(Adapter):
         url = f"{self.base_url}/health"
         try:
             async with self._session.get(url, headers=self._headers, allow_redirects=False) as resp:
-                doc = orjson.loads(await resp.read()) if resp.status == 200 else None
+                status, headers = resp.status, resp.headers
+                doc = orjson.loads(await resp.read()) if status == 200 else None
         except (aiohttp.ClientError, TimeoutError) as exc:
             await self.close()
             message = (
@@ -241,9 +242,12 @@ class SystemOne(Adapter):
             return
         if served is None:
             await self.close()
+            if 300 <= status < 400:  # the name is not looked for elsewhere: the key is not followed
+                raise http.redirected(status, headers, url, self._secrets)
+            answered = "" if status == 200 else f" (it answered HTTP {status})"
             raise Fatal(
-                f"{url} did not report a model name; name the model in the model string: "
-                f"systemone:NAME@{self.base_url}"
+                f"{url} did not report a model name{answered}; name the model in the model "
+                f"string: systemone:NAME@{self.base_url}"
             )
         self.model = served
 

@@ -464,3 +464,71 @@ async def test_a_key_echoed_in_broken_http_framing_is_redacted(
     for path in (tmp_path / "c").rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("status", "cause", "message"),
+    [
+        (
+            302,
+            "redirected",
+            "{url}/health: HTTP 302: the server redirects to {elsewhere}/health; not followed (a "
+            "request, and its API key, is only sent to the base URL named); if that address is the "
+            "API's, name it as the base URL",
+        ),
+        (
+            404,
+            None,
+            "{url}/health did not report a model name (it answered HTTP 404); name the model in "
+            "the model string: systemone:NAME@{url}",
+        ),
+    ],
+    ids=["redirect", "not-found"],
+)
+async def test_a_system_one_health_that_redirects_or_fails_is_named_so(
+    status: int, cause: str | None, message: str, monkeypatch: pytest.MonkeyPatch
+):
+    """``systemone:URL`` (no model name) asks ``GET /health`` for the name. A redirect there is not
+    followed (the key would go along) and stops the provider as ``redirected``, naming the target,
+    not as "did not report a model name"; any other status is named in that message."""
+    from aiohttp import web
+
+    from dxi import adapters
+    from dxi.adapters.errors import Fatal
+
+    reached = []
+
+    async def elsewhere_health(request: web.Request) -> web.Response:
+        reached.append(request.headers.get("x-api-key"))
+        return web.json_response({"model": "elsewhere"})
+
+    async def health(request: web.Request) -> web.Response:
+        if status == 302:
+            raise web.HTTPFound(f"{elsewhere_url}/health")
+        raise web.HTTPNotFound()
+
+    monkeypatch.setenv("SYSTEMONE_API_KEY", "sk-hostile-health-0123456789")
+    runners = []
+    for handler in (elsewhere_health, health):
+        app = web.Application()
+        app.router.add_get("/health", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append((runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"))
+    (_, elsewhere_url), (_, url) = runners
+    try:
+        adapter = adapters.get(f"systemone:{url}")
+        with pytest.raises((Fatal, ProviderStop)) as raised:
+            await adapter.start()
+    finally:
+        for runner, _ in runners:
+            await runner.cleanup()
+    error = raised.value
+    assert (type(error) is ProviderStop, getattr(error, "cause", None)) == (
+        cause is not None,
+        cause,
+    )
+    assert str(error) == message.format(url=url, elsewhere=elsewhere_url)
+    assert reached == []
