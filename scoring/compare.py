@@ -67,11 +67,10 @@ above what it could turn out to be; the order of every table follows, ``Summary.
 step-down over that model's pairs alone, ``marginal_rank_sets``; docs/outputs.md gives its
 coverage); ``rank_set_low``/``rank_set_high``: the simultaneous rank set of Mogstad, Romano, Shaikh
 & Wilhelm (2024) from the index's ``significant`` pairs: every model's true rank lies in its set at
-once with 95% confidence; ``group``: models that are statistically tied, consecutive in rank order:
-a model joins the group of the model ranked above it unless that group's first model is
-significantly above it, when it starts the next group. Groups and rank sets read the same
-``significant`` pairs, so they agree: a model that starts a group has at least one model
-significantly above it, and its rank set starts at rank 2 or later.
+once with 95% confidence; ``group``: statistically tied models, consecutive in rank order, a
+boundary only where every model above it is significantly above every model below it: the groups'
+order holds for every pair across them, with the comparisons' simultaneous confidence (A > B > C
+with only A above C claimed is one group, not {A, B} above {C}); so groups and rank sets agree.
 
 A comparison that involves a provisional figure (``scoring.provisional``: answers failed or
 missing) has ``complete`` false; for accuracy its exact McNemar p is the largest any outcome of the
@@ -541,20 +540,19 @@ def _where(keep: np.ndarray, counts: np.ndarray) -> pl.Series:
 
 def tied_groups(point: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Each model's tied group (1, 2, ...: the module docstring's ``group``) from ``point``
-    (models,) and the pairs claimed (``a[k]``, ``b[k]``: positions in ``point``): in rank order a
-    model joins the group of the model ranked above it unless that group's first model is claimed
-    above it, when it starts the next group. ``ranks`` reads ``significant``; an adaptive run's
-    groups, the claims in force after stopping (``scoring.adaptive.headline``)."""
+    (models,) and the pairs claimed (``a[k]``, ``b[k]``: positions in ``point``), every pair across
+    two groups a claim. ``ranks`` reads ``significant``; an adaptive run's groups, the claims in
+    force after stopping (``scoring.adaptive.headline``). O(models²)."""
+    order = np.argsort(-point, kind="stable")
+    p = point[order]
     separated = np.zeros((len(point), len(point)), bool)
     separated[a, b] = separated[b, a] = True
-    group = np.zeros(len(point), np.int64)
-    leader, current = None, 0
-    for k in np.argsort(-point, kind="stable"):
-        if leader is None or (
-            separated[leader, k] and point[leader] > point[k]
-        ):  # below the group's first
-            leader, current = k, current + 1
-        group[k] = current
+    above = separated[np.ix_(order, order)] & (p[:, None] > p[None, :])  # [i, j]: i claimed above j
+    unclaimed = ~above & np.triu(np.ones_like(above), 1)
+    at = np.arange(len(p))  # the lowest position each model is not claimed above (or its own):
+    boundary = np.maximum.accumulate(np.where(unclaimed, at, at[:, None]).max(1, initial=0)) == at
+    group = np.empty(len(point), np.int64)  # a boundary after position k: every pair across claimed
+    group[order] = 1 + np.cumsum(boundary) - boundary
     return group
 
 

@@ -11,7 +11,7 @@ import pytest
 from scipy.stats import binomtest
 
 from dxi.scoring import Bootstrap, build_summary, compare, records, score
-from dxi.scoring.compare import mcnemar_p
+from dxi.scoring.compare import mcnemar_p, tied_groups
 from dxi.scoring.simultaneous import correlation, max_t, mover_difference, newcombe, rank_sets
 from dxi.scoring.summary import in_order
 
@@ -888,3 +888,51 @@ def test_mcnemar_is_statsmodels_exact_mcnemar():
         for x, y in zip(a.ravel(), b.ravel(), strict=True)
     ]
     assert np.abs(ours - np.array(theirs)).max() < 1e-12
+
+
+def test_a_chain_of_claims_is_one_tied_group_when_its_ends_alone_are_claimed():
+    """a > b > c, with a above c claimed (8 tasks apart, all one way, on every evaluation) but
+    neither a vs b nor b vs c (4 tasks net among 44 that differ, on each): the groups may
+    part only where every model above is claimed above every model below, so the three are one
+    group. The leader rule ({a, b} above {c}) said b is above c, which nothing claimed, and
+    disagreed with b's rank set [1, 3]."""
+    a = [i < 300 for i in range(400)]
+    t1, t2, d, e = range(0, 4), range(4, 8), range(100, 120), range(300, 320)
+    b = [(x and i not in t1 and i not in d) or i in e for i, x in enumerate(a)]
+    c = [x and i not in t1 and i not in t2 for i, x in enumerate(a)]
+    rows = [r for label, v in (("m:a", a), ("m:b", b), ("m:c", c)) for r in suite(label, v)]
+    scored = score(frame(rows), Bootstrap(), with_breakdowns=False, with_comparisons=True)
+    pairs = scored.comparisons.filter(
+        (pl.col("metric") == "decision_index") & pl.col("eval").is_null()
+    )
+    assert pairs.select("a", "b", "significant").rows() == [
+        ("m:a", "m:b", False),
+        ("m:a", "m:c", True),
+        ("m:b", "m:c", False),
+    ]
+    assert scored.index.select("label", "tied_group", "rank_set_low", "rank_set_high").rows() == [
+        ("m:a", 1, 1, 2),
+        ("m:b", 1, 1, 3),
+        ("m:c", 1, 2, 3),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("point", "claimed", "groups"),
+    [
+        ([60.0, 55.0, 50.0], [(0, 2)], [1, 1, 1]),  # a chain whose ends alone are claimed
+        ([60.0, 58.0, 40.0, 39.0], [(0, 2), (0, 3), (1, 2), (1, 3)], [1, 1, 2, 2]),
+        ([60.0, 58.0, 40.0, 39.0], [(0, 2), (0, 3), (1, 3)], [1, 1, 1, 1]),  # 58 vs 40 not claimed
+        ([39.0, 60.0, 40.0, 58.0], [(1, 2), (1, 0), (3, 2), (3, 0)], [2, 1, 2, 1]),  # any order
+        ([50.0, 40.0, 30.0], [(0, 1), (0, 2), (1, 2)], [1, 2, 3]),
+        ([50.0, 50.0, 30.0], [(0, 1), (0, 2), (1, 2)], [1, 1, 2]),  # equal placing: not parted
+        ([50.0], [], [1]),
+        ([], [], []),
+    ],
+)
+def test_tied_groups_part_only_where_every_pair_across_is_claimed(
+    point: list[float], claimed: list[tuple[int, int]], groups: list[int]
+):
+    a = np.array([i for i, _ in claimed], np.int64)
+    b = np.array([j for _, j in claimed], np.int64)
+    assert tied_groups(np.array(point, np.float64), a, b).tolist() == groups
