@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from urllib.parse import urlsplit
 
 from .base import (
     EFFORTS,
@@ -98,6 +99,11 @@ def parse_model(text: str) -> ModelSpec:
                 break
         else:
             _, at, tail = rest.rpartition("@")
+            if at and not tail.strip():  # a base URL left empty (an unset $URL): not the default
+                raise ValueError(
+                    f"model {text!r}: nothing follows '@'; write @http://HOST:PORT (or "
+                    "@https://...) for a base URL, or leave '@' out for the adapter's default server"
+                )
             if at and _HOST_WITHOUT_SCHEME.match(
                 tail
             ):  # not a version suffix such as claude-x@20240620
@@ -106,6 +112,10 @@ def parse_model(text: str) -> ModelSpec:
                     f"@http://{tail} (or @https://...), or the model name would include it and the "
                     "requests would go to the adapter's default server"
                 )
+    if base_url is not None and not urlsplit(base_url).hostname:
+        raise ValueError(
+            f"model {text!r}: the base URL {base_url!r} names no host; write http://HOST:PORT"
+        )
     return ModelSpec(kind, model or None, base_url)
 
 

@@ -547,3 +547,35 @@ def test_a_model_named_by_its_server_is_all_cached_with_the_server_up_too(
     out = " ".join(capsys.readouterr().out.split())
     assert "Running 2 models (sparrow server (all cached); embedded (all cached))" in out
     assert "Every request is in the cache (24): nothing to send." in out
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "anthropic:claude-sonnet-5-5@",
+            "model 'anthropic:claude-sonnet-5-5@': nothing follows '@'; write @http://HOST:PORT (or "
+            "@https://...) for a base URL, or leave '@' out for the adapter's default server",
+        ),
+        (
+            "systemone:fake@",
+            "model 'systemone:fake@': nothing follows '@'; write @http://HOST:PORT (or "
+            "@https://...) for a base URL, or leave '@' out for the adapter's default server",
+        ),
+        (
+            "openai:gpt@https://",
+            "model 'openai:gpt@https://': the base URL 'https://' names no host; write "
+            "http://HOST:PORT",
+        ),
+        (
+            "systemone:http://",
+            "model 'systemone:http://': the base URL 'http://' names no host; write http://HOST:PORT",
+        ),
+    ],
+)
+def test_a_base_url_left_empty_is_refused_not_sent_to_the_default_server(text: str, message: str):
+    """``anthropic:M@$URL`` with ``$URL`` unset reads ``anthropic:M@``: taken for the model name
+    ``M@`` it went to the provider's own API (billed to the key), not to the server meant."""
+    with pytest.raises(ValueError) as raised:
+        adapters.parse_model(text)
+    assert str(raised.value) == message
