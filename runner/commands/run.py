@@ -137,6 +137,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         plan.cache_dir, options.named(args, "cache_dir", "--cache-dir")
     )  # before the first request
     paths.output_folder(plan.out, options.named(args, "out", "--out"))
+    options.repair(plan.out)  # a commit a kill cut short: settled before the run
     if plan.until is not None and getattr(args, "shard", None):
         raise UsageError(
             "--until and --shard do not combine: each round is decided on every answer of a "
