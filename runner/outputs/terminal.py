@@ -342,16 +342,17 @@ INDEX_COLUMNS: list[Column] = [
     ("invalid", "inv.", "right"),
     ("repaired", "rep.", "right"),
     ("failed", "fail.", "right"),
+    ("missing", "miss.", "right"),
 ]
 
 
 def _index_tables(summary: Summary, keys: list[str]) -> list[Table | Group]:
-    """The index table's variants, widest first: the third shows invalid/repaired/failed in one
-    column; the narrowest moves the rank column into a small table of its own under it."""
+    """The index table's variants, widest first: the third shows invalid/repaired/failed/missing in
+    one column; the narrowest moves the rank column into a small table of its own under it."""
     rows = _index_rows(summary, keys)
     merged = [(cells[:9] + ["/".join(cells[9:])], style) for cells, style in rows]
     justify = [c[2] for c in INDEX_COLUMNS]
-    headers = [c[1] for c in INDEX_COLUMNS[:9]] + ["inv/rep\n/fail"]
+    headers = [c[1] for c in INDEX_COLUMNS[:9]] + ["inv/rep\n/fail\n/miss"]
     without = [0, 1, 2, *range(4, 10)]  # every column but the rank
     split = Group(
         _table(
@@ -402,6 +403,7 @@ def _index_rows(summary: Summary, keys: list[str]) -> Rows:
         e = m.evals
         invalid = sum(b.get("invalid", 0) for b in e.values())
         failed = sum(b.get("failed", 0) for b in e.values())
+        missing = sum(b.get("missing", 0) for b in e.values())  # not answered: not failed either
         repaired = sum(b.get("repaired", 0) for b in e.values())
         ci, sd = unset(m.decision_index_ci), unset(m.decision_index_sd)
         estimate = adaptive.estimated(summary, m)
@@ -427,6 +429,7 @@ def _index_rows(summary: Summary, keys: list[str]) -> Rows:
                     str(invalid),
                     str(repaired),
                     str(failed),
+                    str(missing),
                 ],
                 None,
             )
