@@ -247,7 +247,9 @@ def test_the_index_table_counts_the_missing_answers_beside_the_failed_ones(width
     """The realistic summary's model-003 has no reply at all: its 48 answers are missing from the
     cache (12 + 10 + 8 + 18, none failed), model-002 has 8 failed (2 + 6) and 48 missing. The table
     showed `failed 0` for the first and 8 for the second, as if the first were complete; now a
-    `missing` column (at 80 columns, the fourth figure of inv/rep/fail/miss) counts them."""
+    `missing` column (at 80 columns, the fourth figure of inv/rep/fail/miss) counts them. A table
+    without missing answers has no such column (the complete run's at 200 and 80 columns: the
+    widest variant keeps fitting a log's 180 columns with full model names)."""
     from .test_records import GOLDEN
 
     lines = render(width, summary_json, orjson.loads(GOLDEN.read_bytes()))
@@ -270,3 +272,12 @@ def test_the_index_table_counts_the_missing_answers_beside_the_failed_ones(width
             "3/0/8/48",
             "0/0/0/48",
         ]
+
+
+def test_a_table_without_missing_answers_has_no_missing_column(summary: dict):
+    assert (
+        "┃ invalid ┃ repaired ┃ failed ┃\n" in "\n".join(render(200, summary_json, summary)) + "\n"
+    )
+    narrow = table_lines(render(80, summary_json, summary), "Decision Index", ("  M1 =",))
+    assert [line.split()[-1] for line in narrow[1:3]] == ["inv/rep", "/fail"]
+    assert "/miss" not in "\n".join(narrow)
