@@ -250,9 +250,10 @@ def test_the_index_table_counts_the_missing_answers_beside_the_failed_ones(width
     `missing` column (at 80 columns, the fourth figure of inv/rep/fail/miss) counts them. A table
     without missing answers has no such column (the complete run's at 200 and 80 columns: the
     widest variant keeps fitting a log's 180 columns with full model names)."""
-    from .test_records import GOLDEN
+    from .conftest import FIXTURES
 
-    lines = render(width, summary_json, orjson.loads(GOLDEN.read_bytes()))
+    golden = FIXTURES / "summary_realistic.json"  # test_records' golden file, as it is
+    lines = render(width, summary_json, orjson.loads(golden.read_bytes()))
     table = table_lines(lines, "Decision Index", ("  M1 =", "95% CI =", "        Rank"))
     rows = [line for line in table if re.match(r"[│ ]*(synthetic:model-00|M)\d", line)]
     if width == 200:
