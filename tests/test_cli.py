@@ -482,6 +482,11 @@ def test_a_full_disk_stops_the_run_with_a_clear_error_and_a_rerun_finishes(
         and "only" in out
         and "rerun the same command" in out
     )
+    # it ends with where the outputs are and what they hold (it named no --out folder)
+    assert " ".join(out.split()).endswith(
+        f"rerun the same command: only what is missing is sent. {tmp_path / 'out'} is left as it "
+        "was: none of this scoring's outputs was written there."
+    ), out
     monkeypatch.undo()
     assert run_plan(data_dir, tmp_path).exit_code == 0
     requests = summary(tmp_path / "out")["models"][0]["requests"]

@@ -75,6 +75,13 @@ async def test_the_bound_counts_every_models_rest_not_sent_or_cached_and_ends_it
         "Stopped at the cost bound: spent $2.500000 of $2.5 in this run; 26 request(s) not sent "
         "(about $6.5000 expected)."
     ) in " ".join(out.split())
+    # the messages end with where the outputs are and what they hold: the 26 answers not sent
+    # are missing from the summary (it named no folder)
+    assert out.splitlines()[-1] == (
+        f"{tmp_path / 'out'} holds this scoring's outputs, whole (answers.parquet, summary.json): "
+        "provisional, 26 answer(s) missing, left out of every figure (their bounds are in "
+        "summary.json); the next run sends the missing ones."
+    )
     # one line a model (the run takes less than the 10 s between lines), its last: none left
     lines = [line.split(" ", 1)[1] for line in out.splitlines() if LINE.match(line)]
     assert sorted(line.split(":")[0] for line in lines) == ["A", "B"]
@@ -247,3 +254,9 @@ async def test_a_provider_stopped_in_a_run_stopped_by_the_bound_gets_its_own_lin
         r"\(B\); the next run sends them\. Fix the cause, then rerun\.",
         said,
     ), said
+    # after the cost bound's line and the stop's, the line on the outputs: 14 + 24 answers missing
+    assert out.splitlines()[-1] == (
+        f"{tmp_path / 'out'} holds this scoring's outputs, whole (answers.parquet, summary.json): "
+        "provisional, 38 answer(s) missing, left out of every figure (their bounds are in "
+        "summary.json); the next run sends the missing ones."
+    )

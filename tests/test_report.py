@@ -221,8 +221,8 @@ def test_dxi_report_stopped_while_it_puts_its_outputs_in_place(
     (the earlier ones moved away, the new ones not yet renamed in: the ``committing`` event). A
     Ctrl-C there is held until every output is in place: exit 130, the line says the folder holds
     this scoring's outputs, whole. A SIGKILL (nothing can hold it) leaves the folder with no
-    output at all, never some of each scoring's; the next command removes what the killed one
-    staged."""
+    output at all, never some of each scoring's; the next command settles what the killed one left
+    (the earlier outputs moved back: ``tests/test_outputs_commit.py``), then writes its own."""
     import subprocess
 
     from .conftest import DXI

@@ -585,6 +585,12 @@ def test_a_second_signal_or_the_end_of_the_grace_period_stops_at_once(tmp_path: 
         f"Interrupted ({name}): {cut}, so 8 request(s) still in flight were abandoned: sent (their "
         "replies were not stored; the next run sends them again)."
     ) in " ".join(stderr.split())
+    # it ends with where the outputs are and what they hold: nothing of this run's (it said
+    # nothing of the --out folder)
+    assert " ".join(stderr.split()).endswith(
+        f"Every reply that arrived is in {tmp_path / 'cache'}; rerun the same command to continue. "
+        f"{tmp_path / 'out'} is left as it was: none of this scoring's outputs was written there."
+    ), stderr
     assert "Traceback" not in stderr, stderr
     (line,) = [orjson.loads(raw) for raw in (tmp_path / "out" / "run-history.jsonl").open("rb")]
     block = line["requests"]["systemone:fake"]

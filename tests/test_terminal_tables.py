@@ -240,3 +240,45 @@ def test_a_line_under_the_index_table_names_its_interval_and_abbreviations(summa
     start = lines.index(f"  M{len(NAMES)} = {NAMES[-1]}") + 1  # after the key legend
     end = lines.index("Data used:")
     assert " ".join(x.strip() for x in lines[start:end]) == line  # wrapped at 80 columns
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_the_index_table_counts_the_missing_answers_beside_the_failed_ones(width: int):
+    """The realistic summary's model-003 has no reply at all: its 48 answers are missing from the
+    cache (12 + 10 + 8 + 18, none failed), model-002 has 8 failed (2 + 6) and 48 missing. The table
+    showed `failed 0` for the first and 8 for the second, as if the first were complete; now a
+    `missing` column (at 80 columns, the fourth figure of inv/rep/fail/miss) counts them. A table
+    without missing answers has no such column (the complete run's at 200 and 80 columns: the
+    widest variant keeps fitting a log's 180 columns with full model names)."""
+    from .conftest import FIXTURES
+
+    golden = FIXTURES / "summary_realistic.json"  # test_records' golden file, as it is
+    lines = render(width, summary_json, orjson.loads(golden.read_bytes()))
+    table = table_lines(lines, "Decision Index", ("  M1 =", "95% CI =", "        Rank"))
+    rows = [line for line in table if re.match(r"[│ ]*(synthetic:model-00|M)\d", line)]
+    if width == 200:
+        assert "┃ invalid ┃ repaired ┃ failed ┃ missing ┃" in table[2]
+        ends = [line.rsplit("│", 5)[1:5] for line in rows]
+        assert [[cell.strip() for cell in end] for end in ends] == [
+            ["10", "0", "2", "0"],
+            ["6", "0", "1", "0"],
+            ["3", "0", "8", "48"],
+            ["0", "0", "0", "48"],
+        ]
+    else:
+        assert [line.split()[-1] for line in table[1:4]] == ["inv/rep", "/fail", "/miss"]
+        assert [line.split()[-1] for line in rows] == [
+            "10/0/2/0",
+            "6/0/1/0",
+            "3/0/8/48",
+            "0/0/0/48",
+        ]
+
+
+def test_a_table_without_missing_answers_has_no_missing_column(summary: dict):
+    assert (
+        "┃ invalid ┃ repaired ┃ failed ┃\n" in "\n".join(render(200, summary_json, summary)) + "\n"
+    )
+    narrow = table_lines(render(80, summary_json, summary), "Decision Index", ("  M1 =",))
+    assert [line.split()[-1] for line in narrow[1:3]] == ["inv/rep", "/fail"]
+    assert "/miss" not in "\n".join(narrow)

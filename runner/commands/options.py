@@ -506,3 +506,14 @@ def warn_differs(selection) -> None:
         from rich.markup import escape
 
         make_console(stderr=True).print(f"[yellow]warning:[/] {escape(selection.differs.line())}")
+
+
+def repair(out) -> None:
+    """Settle what a ``dxi`` killed while it put its outputs in place left in the output folder
+    ``out`` (``runner.outputs.staging.recover``), first thing: say each repair on standard error."""
+    from rich.markup import escape
+
+    from ..outputs.staging import recover
+
+    for line in recover(out):
+        make_console(stderr=True).print(f"[yellow]note:[/] {escape(line)}")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .. import signals
 from ..distributed import setup as distributed
-from ..errors import EXIT_CACHE_WRITE, UsageError
+from ..errors import EXIT_CACHE_WRITE, EXIT_COST_BOUND, EXIT_PROVIDER_STOPPED, UsageError
 from ..planning import numbers, paths
 from . import options
 
@@ -98,7 +98,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from dxi.cache import CacheWriteError
 
     from .. import session
-    from ..outputs import history
+    from ..outputs import history, staging
     from ..planning.selection import selection_of
 
     started = history.now()  # for the run's line in OUT/run-history.jsonl (runner.outputs.history)
@@ -137,6 +137,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
         plan.cache_dir, options.named(args, "cache_dir", "--cache-dir")
     )  # before the first request
     paths.output_folder(plan.out, options.named(args, "out", "--out"))
+    options.repair(plan.out)  # a commit a kill cut short: settled before the run
+    staging.writing(plan.out)  # a stop from here on says what OUT holds (left as it was, ...)
     if plan.until is not None and getattr(args, "shard", None):
         raise UsageError(
             "--until and --shard do not combine: each round is decided on every answer of a "
@@ -184,11 +186,13 @@ def main(args: argparse.Namespace, console: Console) -> int:
         options.make_console(stderr=True).print(
             f"[red]Stopped: {escape(str(exc))}.[/] {escape(_spent(done))}Every reply stored before "
             f"it is in {escape(str(plan.cache_dir))}; make room (or fix the directory) and rerun the "
-            "same command: only what is missing is sent."
+            f"same command: only what is missing is sent.{escape(signals.written(exc, plan.out))}"
         )
         return code
     code = record(result.exit_code, result)  # before the messages: a closed stdout costs no line
     _tell(result, plan.max_cost, console)
+    if result.exit_code in (EXIT_COST_BOUND, EXIT_PROVIDER_STOPPED):  # stopped early: the outputs
+        console.print(escape(_outputs(result, plan.out)), highlight=False)
     return code
 
 
@@ -202,6 +206,31 @@ def _print_summary(summary, console: Console, out, shard=None) -> None:
 
     part = str(shard) if shard is not None and shard.count > 1 else None
     print_summary(summary, console, out, shard=part)
+
+
+def _outputs(result: RunResult, out) -> str:
+    """The line that ends the messages of a run stopped early (the cost bound, a provider or a model
+    stopped): what ``out`` holds (``runner.outputs.staging.holds``, as ``dxi score``'s and
+    ``report``'s stops say it), and of a provisional summary the answers it lacks: ``out holds this
+    scoring's outputs, whole (answers.parquet, summary.json): provisional, 12 answer(s) missing,
+    left out of every figure (their bounds are in summary.json); the next run sends the missing
+    ones.``"""
+    from ..outputs import staging
+
+    held = staging.holds(out) or f"{out} is left as it was."
+    summary = result.summary
+    if summary.complete:
+        return held
+    evals = [e for m in summary.models for e in m.evals.values()]
+    missing, failed = (sum(e.get(k, 0) for e in evals) for k in ("missing", "failed"))
+    lacks = " and ".join(
+        [f"{missing:,} answer(s) missing"] * bool(missing) + [f"{failed:,} failed"] * bool(failed)
+    )
+    return (
+        held.removesuffix(".")
+        + f": provisional, {lacks or 'answers lacking'}, left out of every figure (their bounds "
+        "are in summary.json); the next run sends the missing ones."
+    )
 
 
 def _left(stats: Iterable[Stats], remaining: int, cost: str, adaptive: bool) -> str:

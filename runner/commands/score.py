@@ -26,6 +26,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     selection = select(args)
     paths.output_folder(selection.out, options.named(args, "out", "--out"))  # before scoring
+    options.repair(selection.out)  # a commit a kill cut short: settled before it is read
     done = rescore(selection)
     print_summary(done.summary, console, done.out, done.ranked)
     options.warn_differs(selection)

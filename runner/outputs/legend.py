@@ -1,11 +1,14 @@
 """The line under the terminal's index table that says what its abbreviations and its interval
 are (``runner.outputs.terminal.print_summary``): the interval's method read from the summary
-(summary.json's ``intervals.methods``), so the line says what computed the figures printed."""
+(summary.json's ``intervals.methods``), so the line says what computed the figures printed; and the
+ranking line's pairs adjacent in rank (``adjacent``)."""
 
 from __future__ import annotations
 
 from dxi.scoring import adaptive
 from dxi.scoring.records import Summary, unset
+from dxi.scoring.stopped_pairs import ANYTIME, NOT_CLAIMED, NOT_VALID
+from dxi.scoring.summary import signed
 
 ABBREVIATIONS = (
     "Omni = AA-Omniscience-Decision; acc = accuracy; non-halluc (non-hall.) = non-hallucination "
@@ -27,3 +30,26 @@ def index_legend(summary: Summary) -> str:
     if any(adaptive.estimated(summary, m) for m in summary.models):
         method += f" ({adaptive.MARK}: an adaptive run's estimate, its anytime-valid interval)"
     return f"{level} CI = the index's {level} interval: {method}; {ABBREVIATIONS}"
+
+
+def adjacent(summary: Summary, ranked: list[str], key_of: dict[str, str]) -> str:
+    """ "; adjacent: A − B +3.2 (p_adj < 0.001), …": for each pair adjacent in rank order
+    (``ranked``), the index's difference and its adjusted p-value from the summary's comparisons
+    (``scoring.compare``; † where significant; "not claimed: not valid after stopping" where an
+    adaptive run's pair is not claimed, ``scoring.stopped_pairs``); "" without comparisons."""
+    found = {}
+    for c in unset(summary.comparisons) or []:
+        if c.metric == "decision_index" and c.difference is not None:
+            # an adaptive run's pair its anytime-valid interval does not claim (stopped_pairs)
+            stopped = unset(c.claim) in (ANYTIME, NOT_VALID) and not c.settled
+            found[(c.a, c.b)] = (c.difference, c.p_adjusted, c.significant, stopped)
+            found[(c.b, c.a)] = (-c.difference, c.p_adjusted, c.significant, stopped)
+    parts = []
+    for a, b in zip(ranked, ranked[1:], strict=False):
+        if (a, b) not in found:
+            continue
+        d, p, sig, stopped = found[(a, b)]
+        shown = "—" if p is None else "< 0.001" if p < 0.001 else f"{p:.3f}"
+        mark = " †" if sig else f"; {NOT_CLAIMED}" if stopped else ""
+        parts.append(f"{key_of[a]} − {key_of[b]} {signed(d)} (p_adj {shown}{mark})")
+    return "; adjacent: " + ", ".join(parts) if parts else ""

@@ -11,15 +11,26 @@ new ones. Now (``Staging``):
 * then ``commit`` puts the set in place in one short step (renames, a few milliseconds), with
   SIGINT, SIGTERM and SIGALRM (``runner.signals.within``'s end of the grace period) *deferred*:
   one that comes meanwhile is handled once the step is done. The step first moves every output of
-  an earlier scoring out of the way (those this scoring does not write too: a ``dxi score`` after a
-  ``dxi report`` takes the report away, whose figures summary.json no longer matches), then renames
-  the new ones in, summary.json last. Even a SIGKILL or a power cut inside it leaves ``OUT`` with
-  the earlier set's files or this one's, never some of each.
+  an earlier scoring out of the way, into ``OUT/.dxi-staging-PID/.old/`` (those this scoring does
+  not write too: a ``dxi score`` after a ``dxi report`` takes the report away, whose figures
+  summary.json no longer matches), then creates ``OUT/.dxi-staging-PID/.committed`` (``MARK``:
+  the point of no return), then renames the new ones in, summary.json last, then removes
+  ``.old/``, the mark and the staging folder, in that order.
+
+A SIGKILL or a power cut inside that step (nothing can hold them) leaves ``OUT`` with some of one
+set's files, the rest in the staging folder: the next command that writes to ``OUT``
+(``recover``: ``dxi run``, ``score``, ``report``, first thing) finds the staging folder of
+a process that no longer runs and finishes the step as it was decided: without the mark it moves
+the earlier outputs back from ``.old/`` (rolled back: ``OUT`` as it was), with it it moves the
+rest of the new ones in (rolled forward); then it removes the folder, and says so in one line when
+it moved anything. An error inside the step (an ``OSError``) is settled the same way at once.
+The staged files and the folders are fsynced before the mark and after the renames, so a power
+cut is settled alike.
 
 ``holds(out)`` says what ``OUT`` holds for the message of a command a signal stopped
 (``runner.signals``): from the moment the command notes it will write there (``writing``, before it
 loads or scores anything), so an early Ctrl-C says ``OUT`` is left as it was too. A staging folder a
-killed process left is removed by the next one.
+killed process left is settled (above) and removed by the next one.
 """
 
 from __future__ import annotations
@@ -37,8 +48,14 @@ from dxi.view.home import running  # whether a process still runs (/proc, else a
 OUTPUTS = ("answers.parquet", "tables", "report.html", "summary.json")
 """Every output of one scoring in ``OUT``, in the order ``commit`` puts them in place."""
 PREFIX = ".dxi-staging-"
+OLD = ".old"
+"""In the staging folder: the earlier scoring's outputs, moved out of ``OUT`` by ``commit``."""
+MARK = ".committed"
+"""In the staging folder: every earlier output is in ``OLD``, every new one staged whole; a
+commit stopped after it is finished (rolled forward), one stopped before it undone (rolled back)."""
 _DEFERRED = ("SIGINT", "SIGTERM", "SIGALRM")
 _state: dict[str, bool] = {}  # OUT -> True: this process's set is in place; False: left as it was
+_active: set[Path] = set()  # the staging folders this process is using now (``recover`` skips them)
 
 
 class Staging:
@@ -49,10 +66,11 @@ class Staging:
     def __init__(self, out: Path):
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
-        _sweep(self.out)
         self.dir = self.out / f"{PREFIX}{os.getpid()}"
-        shutil.rmtree(self.dir, ignore_errors=True)
+        recover(self.out)  # what killed processes left here, settled (their lines: the command's)
+        shutil.rmtree(self.dir, ignore_errors=True)  # one this process left (``_active``)
         self.dir.mkdir()
+        _active.add(self.dir)
         _state[str(self.out)] = False
         self.removed: list[str] = []  # what commit took away that this scoring does not write
 
@@ -71,20 +89,25 @@ class Staging:
     def discard(self) -> None:
         """Remove what was staged: ``OUT`` keeps what it held."""
         shutil.rmtree(self.dir, ignore_errors=True)
+        _active.discard(self.dir)
 
     def commit(self) -> list[str]:
         """Put the staged outputs in place of every output ``OUT`` held (signals deferred meanwhile:
-        ``_deferred``); returns those it took away without a new one (``removed``)."""
+        ``_deferred``); returns those it took away without a new one (``removed``). Stopped by an
+        error inside, it is settled (``_settle``: undone before ``MARK``, finished after) and the
+        error raised again; killed inside, the next command settles it (``recover``)."""
         new = [n for n in OUTPUTS if (self.dir / n).exists()]
-        old = self.dir / ".old"
-        try:
-            with _deferred():
-                old.mkdir()
-                held = _clear(self.out, old)
+        with _deferred():
+            try:
+                _sync(self.dir)  # staged whole on the disk before the point of no return
+                os.mkdir(self.dir / OLD)
+                held = _clear(self.out, self.dir / OLD)
+                _mark(self.dir)
                 _place(self.dir, self.out, new)
-                _state[str(self.out)] = True
-        finally:
-            self.discard()
+                _sync_folder(self.out)
+            finally:
+                _state[str(self.out)] = _settle(self.out, self.dir)[0] == "forward"
+                _active.discard(self.dir)
         self.removed = [n for n in held if n not in new]
         return self.removed
 
@@ -137,13 +160,102 @@ def _place(staged: Path, out: Path, names: list[str]) -> None:
         os.replace(staged / name, out / name)
 
 
-def _sweep(out: Path) -> None:
-    """Remove the staging folders in ``out`` of processes that no longer run (killed while they
-    wrote)."""
-    for folder in out.glob(f"{PREFIX}*"):
+def _mark(folder: Path) -> None:
+    """Create ``MARK`` in the staging ``folder`` (its presence is the mark), durably."""
+    os.close(os.open(folder / MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    _sync_folder(folder)
+
+
+def _settle(out: Path, folder: Path) -> tuple[str, list[str]]:
+    """Finish (``MARK`` there: "forward", the staged outputs left moved into ``out``) or undo (no
+    mark: "back", the earlier outputs in ``OLD`` moved back into ``out``) the commit of the staging
+    ``folder``, then remove ``OLD``, the mark and the folder, in that order (so a kill inside this
+    too leaves it to be settled the same way); returns how and the names it moved."""
+    moved = []
+    if (folder / MARK).exists():
+        how, source = "forward", folder
+    else:
+        how, source = "back", folder / OLD
+    for name in OUTPUTS:
+        if (source / name).exists():
+            os.replace(source / name, out / name)
+            moved.append(name)
+    if moved:
+        _sync_folder(out)
+    shutil.rmtree(folder / OLD, ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(folder / MARK)
+    shutil.rmtree(folder, ignore_errors=True)
+    return how, moved
+
+
+def recover(out: Path) -> list[str]:
+    """Settle (``_settle``) and remove the staging folders in ``out`` of processes that no longer
+    run (killed while they staged or put their outputs in place: a folder named with this
+    process's pid that it is not using is a killed one's whose pid it was given); one line for each
+    that moved an output, saying what ``out`` holds now (an error that stops it: a line saying so).
+    Folders of processes still running are left alone."""
+    lines = []
+    try:
+        folders = sorted(Path(out).glob(f"{PREFIX}*"))
+    except OSError:
+        return lines
+    for folder in folders:
         pid = folder.name[len(PREFIX) :]
-        if pid.isdigit() and int(pid) != os.getpid() and not running(int(pid), 0):
-            shutil.rmtree(folder, ignore_errors=True)
+        if not pid.isdigit() or folder in _active:
+            continue
+        if int(pid) != os.getpid() and running(int(pid), 0):
+            continue
+        try:
+            how, moved = _settle(Path(out), folder)
+        except OSError as exc:
+            lines.append(
+                f"{out} holds the outputs a killed dxi (pid {pid}) was putting in place, partly: "
+                f"they could not be settled ({exc.strerror or exc}); see {folder}"
+            )
+            continue
+        if moved:
+            lines.append(_repaired(Path(out), pid, how))
+    return lines
+
+
+def _repaired(out: Path, pid: str, how: str) -> str:
+    """The line of ``recover`` for a commit of process ``pid`` settled ``how``."""
+    there = [n + ("/" if n == "tables" else "") for n in OUTPUTS if (out / n).exists()]
+    if how == "forward":
+        return (
+            f"repaired {out}: a dxi killed (pid {pid}) while it put its outputs in place had "
+            f"begun to move them in; the rest were moved in: {out} holds that scoring's outputs, "
+            f"whole ({', '.join(there)})."
+        )
+    return (
+        f"repaired {out}: a dxi killed (pid {pid}) while it put its outputs in place had moved "
+        f"the earlier ones aside; they were moved back: {out} is as it was ("
+        + (", ".join(there) or "no output")
+        + ")."
+    )
+
+
+def _sync(folder: Path) -> None:
+    """fsync every file and folder under ``folder``, and ``folder`` itself."""
+    for root, _, files in os.walk(folder):
+        for name in files:
+            fd = os.open(Path(root) / name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _sync_folder(Path(root))
+
+
+def _sync_folder(folder: Path) -> None:
+    """fsync ``folder`` (its entries: the renames into it), where the system allows it."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @contextlib.contextmanager

@@ -20,11 +20,9 @@ from dxi.scoring.measures import NO_CONFIDENCE
 from dxi.scoring.missing import selection_flags
 from dxi.scoring.records import UNSET, ModelEntry, Summary, unset
 from dxi.scoring.replies import model_notes
-from dxi.scoring.stopped_pairs import ANYTIME, NOT_CLAIMED, NOT_VALID
-from dxi.scoring.summary import signed
 
 from .history import batch_spend
-from .legend import index_legend
+from .legend import adjacent, index_legend
 
 
 def _fmt(value: float | None) -> str:
@@ -342,16 +340,20 @@ INDEX_COLUMNS: list[Column] = [
     ("invalid", "inv.", "right"),
     ("repaired", "rep.", "right"),
     ("failed", "fail.", "right"),
+    ("missing", "miss.", "right"),
 ]
 
 
 def _index_tables(summary: Summary, keys: list[str]) -> list[Table | Group]:
-    """The index table's variants, widest first: the third shows invalid/repaired/failed in one
-    column; the narrowest moves the rank column into a small table of its own under it."""
+    """The index table's variants, widest first: the third shows invalid/repaired/failed(/missing)
+    in one column; the narrowest moves the rank column into a small table of its own under it. The
+    missing answers' column only where a model has some (a complete run's table is as it was)."""
     rows = _index_rows(summary, keys)
+    n = len(INDEX_COLUMNS) - all(cells[-1] == "0" for cells, _ in rows)  # no missing: no column
+    columns, rows = INDEX_COLUMNS[:n], [(cells[:n], style) for cells, style in rows]
     merged = [(cells[:9] + ["/".join(cells[9:])], style) for cells, style in rows]
-    justify = [c[2] for c in INDEX_COLUMNS]
-    headers = [c[1] for c in INDEX_COLUMNS[:9]] + ["inv/rep\n/fail"]
+    justify = [c[2] for c in columns]
+    headers = [c[1] for c in columns[:9]] + ["inv/rep\n/fail" + "\n/miss" * (n > 12)]
     without = [0, 1, 2, *range(4, 10)]  # every column but the rank
     split = Group(
         _table(
@@ -369,7 +371,7 @@ def _index_tables(summary: Summary, keys: list[str]) -> list[Table | Group]:
             True,
         ),
     )
-    return _variants("Decision Index", INDEX_COLUMNS, rows) + [
+    return _variants("Decision Index", columns, rows) + [
         _table("Decision Index", headers, justify[:10], merged, True),
         split,
     ]
@@ -402,6 +404,7 @@ def _index_rows(summary: Summary, keys: list[str]) -> Rows:
         e = m.evals
         invalid = sum(b.get("invalid", 0) for b in e.values())
         failed = sum(b.get("failed", 0) for b in e.values())
+        missing = sum(b.get("missing", 0) for b in e.values())  # not answered: not failed either
         repaired = sum(b.get("repaired", 0) for b in e.values())
         ci, sd = unset(m.decision_index_ci), unset(m.decision_index_sd)
         estimate = adaptive.estimated(summary, m)
@@ -427,34 +430,12 @@ def _index_rows(summary: Summary, keys: list[str]) -> Rows:
                     str(invalid),
                     str(repaired),
                     str(failed),
+                    str(missing),
                 ],
                 None,
             )
         )
     return rows
-
-
-def _adjacent(summary: Summary, ranked: list[str], key_of: dict[str, str]) -> str:
-    """ "; adjacent: A − B +3.2 (p_adj < 0.001), …": for each pair adjacent in rank order
-    (``ranked``), the index's difference and its adjusted p-value from the summary's comparisons
-    (``scoring.compare``; † where significant; "not claimed: not valid after stopping" where an
-    adaptive run's pair is not claimed, ``scoring.stopped_pairs``); "" without comparisons."""
-    found = {}
-    for c in unset(summary.comparisons) or []:
-        if c.metric == "decision_index" and c.difference is not None:
-            # an adaptive run's pair its anytime-valid interval does not claim (stopped_pairs)
-            stopped = unset(c.claim) in (ANYTIME, NOT_VALID) and not c.settled
-            found[(c.a, c.b)] = (c.difference, c.p_adjusted, c.significant, stopped)
-            found[(c.b, c.a)] = (-c.difference, c.p_adjusted, c.significant, stopped)
-    parts = []
-    for a, b in zip(ranked, ranked[1:], strict=False):
-        if (a, b) not in found:
-            continue
-        d, p, sig, stopped = found[(a, b)]
-        shown = "—" if p is None else "< 0.001" if p < 0.001 else f"{p:.3f}"
-        mark = " †" if sig else f"; {NOT_CLAIMED}" if stopped else ""
-        parts.append(f"{key_of[a]} − {key_of[b]} {signed(d)} (p_adj {shown}{mark})")
-    return "; adjacent: " + ", ".join(parts) if parts else ""
 
 
 def print_adaptive(summary: Summary, console: Console, keys: list[str] | None = None) -> None:
@@ -508,7 +489,7 @@ def print_summary(
                 else ""
             )
             + f"): {named}"
-            + _adjacent(summary, [m for g in groups for m in g], key_of),
+            + adjacent(summary, [m for g in groups for m in g], key_of),
             markup=False,
         )
     print_adaptive(summary, console, keys)

@@ -17,6 +17,9 @@ which watches a few points of dxi's own code and appends one JSON line per occur
 * ``["committing", n, pid, moved]``: a scoring's outputs are being put in place: the earlier ones
   (``moved``, their names) moved out of ``OUT``, the new ones not yet renamed in
   (``runner.outputs.staging._clear`` returned, inside the step that holds signals).
+* ``["marked", n, pid]``: then the mark that decides the new set was made, none of the new
+  outputs renamed in yet (``runner.outputs.staging._mark`` returned): a commit killed from here on
+  is finished by the next command, one killed before it undone.
 * ``["returned", n, pid, code]``: the command returned its exit code (``runner.cli.main``
   returned, in ``dxi.__main__.command``): its work is done, the process is only ending.
 

@@ -95,6 +95,14 @@ def _staging(module) -> None:
         return moved
 
     module._clear = watched
+    mark = module._mark
+
+    @functools.wraps(mark)
+    def marked(folder):
+        mark(folder)
+        event("marked")
+
+    module._mark = marked
 
 
 def _cli(module) -> None:
