@@ -227,9 +227,9 @@ def export(
         to_score.notes
         + (
             [
-                f"an adaptive run asked part of the whole set ({parts}): those models' figures "
-                "are estimates of the whole set (the eee records' estimate, the tables' estimate "
-                "column)"
+                f"an adaptive run asked the models ({parts}): the figures of a model asked "
+                "part of the set are estimates of the whole set, marked so (the eee records' "
+                "estimate, the answer tables' estimate column)"
             ]
             if parts
             else []

@@ -57,8 +57,9 @@ def server(data: Path, monkeypatch: pytest.MonkeyPatch):
         yield served_
 
 
-def export(url: str, data: Path, cache: Path, fmt: str, target: Path) -> int:
-    """``dxi export --format FMT TARGET`` of the three models over ``cache``."""
+def export(url: str, data: Path, cache: Path, fmt: str, target: Path, quiet: bool = True) -> int:
+    """``dxi export --format FMT TARGET`` of the three models over ``cache`` (``-q`` if
+    ``quiet``)."""
     return main(
         dxi_args(
             data,
@@ -67,7 +68,7 @@ def export(url: str, data: Path, cache: Path, fmt: str, target: Path) -> int:
             "--format",
             fmt,
             str(target),
-            "-q",
+            *(("-q",) if quiet else ()),
             models=served(url, THREE),
             command="export",
         )
@@ -93,7 +94,7 @@ def rows(path: Path) -> list[dict[str, str]]:
 
 
 def test_a_stopped_model_s_exports_and_tables_say_estimate_and_name_the_anytime_interval(
-    data: Path, server, tmp_path: Path
+    data: Path, server, tmp_path: Path, capsys: pytest.CaptureFixture
 ):
     cache = tmp_path / "cache"
     until = ("--until", "precision=4")
@@ -202,7 +203,14 @@ def test_a_stopped_model_s_exports_and_tables_say_estimate_and_name_the_anytime_
 
     # the answer table: the estimate column, true on every row of m00 (the questions of the 31
     # tasks of each evaluation it was asked), false on the others'
-    assert export(server.url, data, cache, "csv", tmp_path / "answers.csv") == 0
+    assert export(server.url, data, cache, "csv", tmp_path / "answers.csv", quiet=False) == 0
+    # and says which models were asked part of the set
+    assert (
+        "note: an adaptive run asked the models (systemone:m00: 31 tasks per evaluation; "
+        "systemone:m50: the whole set; systemone:m100: the whole set): the figures of a model "
+        "asked part of the set are estimates of the whole set, marked so (the eee records' "
+        "estimate, the answer tables' estimate column)"
+    ) in " ".join(capsys.readouterr().out.split())
     table = rows(tmp_path / "answers.csv")
     marked = {(r["model"], r["estimate"]) for r in table}
     assert marked == {
