@@ -280,7 +280,9 @@ class Adapter(abc.ABC):
     overrides it, ``ModelRun``); ``model``: the model's name, part of every cache key;
     ``takes_params``: language-model adapters send sampling parameters, decision formats have none;
     ``OPTIONS``: the settings (``ModelSpec.options``) the adapter reads; ``free``: the model runs on
-    this machine (no bill: its price is 0 unless a run file says otherwise);
+    this machine (no bill: its price is 0 unless a run file says otherwise); ``fixed_endpoint``: its
+    ``endpoint`` is a constant of the cache key, not a server the user named (in-process, or a
+    server dxi starts on a port of its own), so no message names it;
     ``HIDDEN_INPUT_TOKENS``: input tokens a provider adds to every request beyond what the body
     holds (an upper bound; see ``runner.planning.tokens``); ``CACHE_PRICES``: the prices of
     prompt-cache reads and writes (``cached_input``, ``cache_write``, ``cache_write_1h``) as
@@ -293,6 +295,7 @@ class Adapter(abc.ABC):
     takes_params: bool = False  # whether ModelSpec.params (sampling parameters) reach the request
     OPTIONS: frozenset[str] = frozenset()  # the ModelSpec.options this adapter understands
     free: bool = False
+    fixed_endpoint: bool = False
     HIDDEN_INPUT_TOKENS: int = 0
     CACHE_PRICES: Mapping[str, float] = {}
     P_YES_RANGE: tuple[float, float] | None = None

@@ -33,6 +33,7 @@ class Embedded(SystemOne):
     kind = "embedded"
     own_timeout = False  # no session: the runner times each attempt
     free = True  # in-process: nothing is billed
+    fixed_endpoint = True  # ``endpoint``: the cache key's, no server
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
         spec.model = spec.model or DEFAULT_MODEL

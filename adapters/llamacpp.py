@@ -171,6 +171,7 @@ class _Local:
     OPTIONS = frozenset({"ctx_size", "parallel", "threads"})
     api_key_env = ""
     free = True  # on this machine: nothing is billed
+    fixed_endpoint = True  # ``endpoint``: the cache key's, never the random port
     EFFORT_FIELD = ""  # the local models do not reason: no effort setting (--effort is refused, naming the adapter)
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):

@@ -33,7 +33,11 @@ without data has no record. A provisional figure (answers failed or missing,
 method (Wilson or bootstrap). ``uncertainty.num_samples`` is what the score and its interval are
 over: the tasks with a reply (summary.json's ``replied``; every task, ``n``, of a complete figure;
 the index's: summed over its evaluations), and ``score_details.details.num_samples_counts`` says so
-with both numbers.
+with both numbers. An adaptive run's estimates of the whole set (``scoring.estimates.of``: the
+figures the terminal marks ``≈``) are marked in every format: each result's ``estimate`` "true"
+with the tasks asked of the whole set's and the rule, its interval named as the anytime-valid one
+(``scoring.estimates.method``) and the fixed-sample one beside it, an ``estimate`` note on the
+record; the answer tables' ``estimate`` column.
 
 Why one module over 600 lines: the Every Eval Ever layout (``write_eee`` and its record builders) is
 most of it and follows one external schema; the flat formats share its accounting of missing
@@ -59,7 +63,8 @@ from dxi import adapters, scoring
 from dxi.adapters.llm import render
 from dxi.evals import EVALS, Suite, Task
 from dxi.evals.fetch import HUB_FILES
-from dxi.scoring.records import Summary, unset
+from dxi.scoring import adaptive, estimates
+from dxi.scoring.records import ModelEntry, Summary, unset
 from dxi.scoring.sums import METRICS, WILDGUARD_F1
 
 if TYPE_CHECKING:
@@ -94,6 +99,8 @@ EXPORT_COLUMNS = {
     **ANSWER_COLUMNS,
     "effort": "the effort level the model's requests carried (summary.json's "
     "effort: none, minimal, low, medium, high, xhigh, max; null: unset)",
+    "estimate": "the model's figures are estimates of the whole set: an adaptive run (dxi run "
+    "--until) asked it a random part of each evaluation, and its rows are that part",
 }
 PROVISIONAL = (
     "provisional: {} failed and {} missing answer(s) are left out (the figures are "
@@ -104,6 +111,9 @@ PROVISIONAL = (
 SAMPLES = (
     "tasks with a reply{}: {} of {}{}; the score and its interval are over them, failed and "
     "missing answers left out"
+)
+ASKED = (
+    ", the part an adaptive run asked of the whole set's {:,} (the score estimates the whole set's)"
 )
 SAMPLES_OF = {
     "wildguardtest": ("", " (WildGuardTest: rows)"),
@@ -211,9 +221,19 @@ def export(
     written = write(
         fmt, target, summary, scored, to_score.frame, suite, now, include_missing=include_missing
     )
+    parts = adaptive.asked_parts(summary)  # None: no model's figures are estimates
     return Exported(
         written,
-        to_score.notes,
+        to_score.notes
+        + (
+            [
+                f"an adaptive run asked the models ({parts}): the figures of a model asked "
+                "part of the set are estimates of the whole set, marked so (the eee records' "
+                "estimate, the answer tables' estimate column)"
+            ]
+            if parts
+            else []
+        ),
         gap,
         0 if include_missing or not gap.total else EXIT_FAILED_REQUESTS,
     )
@@ -248,11 +268,15 @@ def write(
             f"{target} is a folder: give the file to write, e.g. {target / ('answers.' + fmt)}"
         )
     efforts = {m.model: unset(m.effort) for m in summary.models}
+    estimated = {m.model: adaptive.estimated(summary, m) for m in summary.models}
     table = scoring.export(scored.answers)
     table = table.with_columns(
         pl.col("model")
         .replace_strict(efforts, default=None, return_dtype=pl.String)
-        .alias("effort")
+        .alias("effort"),
+        pl.col("model")
+        .replace_strict(estimated, default=False, return_dtype=pl.Boolean)
+        .alias("estimate"),
     )
     if not include_missing:
         table = table.filter(pl.col("status").cast(pl.String) != "missing")
@@ -356,10 +380,20 @@ def _generation(effort: str | None) -> dict:
 
 
 def _result(
-    result_id: str, name: str, source: dict, metric: str, block: dict, summary: Summary
+    result_id: str,
+    name: str,
+    source: dict,
+    metric: str,
+    block: dict,
+    summary: Summary,
+    entry: ModelEntry,
 ) -> dict:
-    """One ``evaluation_results`` entry: the metric's score (0-100) with its interval."""
+    """One ``evaluation_results`` entry of ``entry``: the metric's score (0-100) with its interval,
+    named by the method that produced it (``scoring.estimates.method``); an adaptive run's
+    estimate of the whole set (``scoring.estimates.of``) says so, with the tasks asked of the
+    whole set's, the rule that stopped it and the fixed-sample interval over the asked part."""
     intervals = unset(summary.intervals) or {}
+    estimate = estimates.of(summary, entry)
     # the tasks the score and its interval are over: those with a reply (a provisional block's
     # ``replied``; failed and missing answers are left out), every task of a complete one
     tasks = int(block.get("n", 0))
@@ -367,9 +401,7 @@ def _result(
     uncertainty: dict = {"num_samples": replied}
     ci = block.get(f"{metric}_ci")
     if ci and ci[0] is not None and ci[1] is not None:
-        method = (intervals.get("methods") or {}).get(metric) or intervals.get(
-            "method", "percentile bootstrap"
-        )
+        method = estimates.method(summary, entry, metric)
         uncertainty["confidence_interval"] = {
             "lower": ci[0],
             "upper": ci[1],
@@ -386,6 +418,27 @@ def _result(
     if "complete" in block:  # false: provisional (over the answered questions, with bounds)
         details["complete"] = str(block["complete"]).lower()
     what, rows = SAMPLES_OF.get(name, ("", ""))
+    part = None if name == estimates.INDEX else name
+    if estimate is not None:  # the part an adaptive run asked: an estimate of the whole set
+        asked, whole = estimate.counts(part)
+        rows += ASKED.format(whole)
+        fixed = estimate.fixed.get("index" if part is None else f"{name}.{metric}")
+        details |= {
+            "estimate": "true",
+            "asked": str(asked),
+            "whole_set": str(whole),
+            "until": str(estimate.until),
+            "stopped_by": estimate.rule or "none: not settled when the run ended",
+        }
+        if estimate.round is not None:
+            details["round"] = str(estimate.round)
+        if fixed and fixed[0] is not None and fixed[1] is not None:
+            details |= {
+                "fixed_sample_ci_lower": str(fixed[0]),
+                "fixed_sample_ci_upper": str(fixed[1]),
+                "fixed_sample_ci_method": estimates.fixed_method(summary, metric)
+                + "; over the tasks asked, not valid after the adaptive run chose when to stop",
+            }
     details["num_samples_counts"] = SAMPLES.format(what, replied, tasks, rows)
     bounds = block.get(f"{metric}_bounds")
     if bounds is not None:  # whatever the failed and missing answers are (scoring.bounds)
@@ -554,6 +607,7 @@ def write_eee(
         (target / folder).mkdir(parents=True, exist_ok=True)
         identity = f"{label}\x1f{configs[label].get('endpoint')}\x1f{configs[label].get('params')}"
         index_reasons: dict[str, str] = {}
+        estimate = estimates.of(summary, entry)  # an adaptive run asked part of the set
         for name, block in entry.evals.items():
             data = summary.data.get(name, {})
             if data.get("missing") or not block.get("n"):
@@ -572,11 +626,15 @@ def write_eee(
                     else {}
                 ),
             )
+            if estimate is not None:
+                reasons["estimate"] = estimate.sentence(name)
             for metric in METRICS[name]:
                 if block.get(metric) is None:
                     reasons[f"{metric}_reason"] = block.get("reason") or "not defined"
                     continue
-                results.append(_result(f"{name}.{metric}", name, source, metric, block, summary))
+                results.append(
+                    _result(f"{name}.{metric}", name, source, metric, block, summary, entry)
+                )
                 if effort is not None:
                     results[-1]["generation_config"] = _generation(effort)
             if not results:
@@ -616,6 +674,8 @@ def write_eee(
                 "replied": sum(b.get("replied", b.get("n", 0)) for b in entry.evals.values()),
                 "complete": entry.complete,
             }
+            if estimate is not None:
+                index_reasons["estimate"] = estimate.sentence()
             if not entry.complete:
                 failed = sum(b.get("failed", 0) for b in entry.evals.values())
                 index_reasons["provisional"] = PROVISIONAL.format(
@@ -631,7 +691,13 @@ def write_eee(
             }
             results = [
                 _result(
-                    "decision_index", "decision_index", source, "decision_index", block, summary
+                    "decision_index",
+                    "decision_index",
+                    source,
+                    "decision_index",
+                    block,
+                    summary,
+                    entry,
                 )
             ]
             if effort is not None:

@@ -177,9 +177,11 @@ def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) 
                 if near.height
                 else f" Models there: {', '.join(found['label'].to_list()) or 'none'}."
             )
+            # an in-process model's endpoint is its cache key's, no server: not named
+            where = "" if a.fixed_endpoint else f"endpoint {a.endpoint or '-'}, "
             raise UsageError(
-                f"{m.label}: no such model in {selection.cache_dir} (endpoint {a.endpoint or '-'}, "
-                f"parameters {a.params_key}, prompt version {PROMPT_VERSION}); give the model string and "
+                f"{m.label}: no such model in {selection.cache_dir} ({where}parameters "
+                f"{a.params_key}, prompt version {PROMPT_VERSION}); give the model string and "
                 f"--param as `dxi run` was given them.{cached}"
             )
         same.append(match.with_columns(pl.lit(m.label).alias("label")))

@@ -84,7 +84,7 @@ def unsettled(summary: Summary) -> str | None:
         return None
     groups: dict[tuple[str | None, int], list[str]] = {}  # (until, seed) -> its models left
     for label in left:
-        run = _run_of(summary, label)
+        run = run_of(summary, label)
         groups.setdefault((run.get("until"), run.get("seed") or 0), []).append(label)
     one = len(left) == 1
     if len(groups) == 1:
@@ -120,7 +120,7 @@ def _some(models: Sequence[str]) -> str:
     return ", ".join(models[:3]) + (f" and {len(models) - 3} more" if len(models) > 3 else "")
 
 
-def _run_of(summary: Summary, label: str) -> dict:
+def run_of(summary: Summary, label: str) -> dict:
     """The top ``adaptive`` block of the run that asked ``label``: its entry of ``runs`` when the
     summary holds the models of several runs (``runner.outputs.adaptive.attach``), else the top
     block itself."""

@@ -126,6 +126,22 @@ METHODS = {
 }
 """summary.json's ``intervals.methods``: each metric's interval method, by metric name (the one
 place summary.json names them)."""
+# the interval of a figure an adaptive run estimated from the part of the set it asked
+# (``scoring.adaptive.estimated``; ``scoring.adaptive.headline`` made it the headline one;
+# docs/adaptive.md, "The method"): valid although the run chose when to stop, where the ones of
+# ``METHODS`` over the asked part are not (``scoring.estimates.method`` names each)
+ANYTIME_METRIC = (
+    "anytime-valid confidence sequence of the whole-set value (sampling without replacement): "
+    'the betting confidence sequence of Waudby-Smith & Ramdas (2020, "Confidence sequences for '
+    'sampling without replacement", NeurIPS 33), a ratio by inverting a test, simultaneous over '
+    "the model's metrics (Bonferroni), at the round the adaptive run stopped the model"
+)
+ANYTIME_INDEX = (
+    "anytime-valid confidence sequence of the whole-set index (sampling without replacement): "
+    "the empirical-Bernstein sequence across the four evaluations (Howard, Ramdas, McAuliffe & "
+    "Sekhon 2021) intersected with the weighted sum of the metrics' betting confidence sequences "
+    "(Waudby-Smith & Ramdas 2020, NeurIPS 33), at the round the adaptive run stopped the model"
+)
 SCORE_METRICS = frozenset(
     {
         "accuracy",

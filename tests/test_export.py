@@ -192,19 +192,30 @@ def test_the_answer_table_exports_as_documented(
     if fmt == "parquet":
         back = pl.read_parquet(target)
     elif fmt == "jsonl":
-        back = pl.read_ndjson(target, schema={**answers.schema, "effort": pl.String})
+        back = pl.read_ndjson(
+            target, schema={**answers.schema, "effort": pl.String, "estimate": pl.Boolean}
+        )
     else:
         back = pl.read_csv(
-            target, schema={**answers.schema, "probabilities": pl.String, "effort": pl.String}
+            target,
+            schema={
+                **answers.schema,
+                "probabilities": pl.String,
+                "effort": pl.String,
+                "estimate": pl.Boolean,
+            },
         )
         back = back.with_columns(
             pl.col("probabilities").str.json_decode(answers.schema["probabilities"])
         )
-    # the answers, then each model's effort (none of these models has one: null)
+    # the answers, then each model's effort (none of these models has one: null) and whether its
+    # figures are an adaptive run's estimates (none is: false)
     assert (
-        back.columns == [*ANSWER_COLUMNS, "effort"] and back["effort"].null_count() == back.height
+        back.columns == [*ANSWER_COLUMNS, "effort", "estimate"]
+        and back["effort"].null_count() == back.height
     )
-    assert back.drop("effort").equals(answers)
+    assert back["estimate"].to_list() == [False] * back.height
+    assert back.drop("effort", "estimate").equals(answers)
     docs = DOCS.read_text()
     assert all(f"`{column}`" in docs[docs.index("## Exports") :] for column in EXPORT_COLUMNS)
 

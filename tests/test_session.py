@@ -253,6 +253,15 @@ def test_the_models_to_score_are_those_in_the_cache_or_those_named(data_dir: Pat
             UsageError, match=f"no such model in .*cache .*Models there: {MODEL}\\.$"
         ):
             rescore.models_to_score(cache, other)
+        # an embedded model (a typo of its name): no endpoint named, it has no server
+        typo = selection(data_dir, tmp_path, models=["embedded:sparrow-nano-genral-v1.1"])
+        with pytest.raises(UsageError) as refused:
+            rescore.models_to_score(cache, typo)
+    assert str(refused.value) == (
+        f"embedded:sparrow-nano-genral-v1.1: no such model in {tmp_path / 'cache'} (parameters "
+        "{}, prompt version dxi-prompt-1); give the model string and --param as `dxi run` was "
+        f"given them. Models there: {MODEL}."
+    )
     assert (every.frame["label"].to_list(), every.prices, every.epochs) == (
         [MODEL],
         {MODEL: (0.0, 0.0)},

@@ -14,7 +14,7 @@ import polars as pl
 from dxi import adapters, scoring
 from dxi.cache import Cache
 from dxi.evals import PROMPT_VERSION, Suite
-from dxi.scoring import measures, records, sequential, stopped_pairs
+from dxi.scoring import estimates, measures, records, sequential, stopped_pairs
 from dxi.scoring.adaptive import asked_part, headline, mark_exact
 from dxi.scoring.missing import Damaged
 from dxi.scoring.provisional import Tolerance
@@ -270,6 +270,8 @@ def summarize(
         summary, scored = stopped_pairs.claim(summary, scored, intervals)
     # a model stopped before the end: its headline intervals the anytime-valid ones
     summary, scored = headline(summary, scored)
+    # the tables say which figures are estimates, and which interval each has
+    scored = estimates.columns(summary, scored)
     # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked
     # here, when the result is written, never before the first request
     summary.provenance = provenance() | (extra or {}).get("provenance", {})
