@@ -117,14 +117,16 @@ def collect(
     wait: bool = False,
     poll_s: float | None = None,
     say: Callable[[str], None] | None = None,
+    stats: dict[str, BatchStats] | None = None,
 ) -> dict[str, BatchStats]:
     """Poll the open batches of ``plan``'s models (once each, or until every one has ended with
     ``wait``; the first wait between status reads ``poll_s`` seconds, ``BatchOptions``' by default,
     growing by half each time up to 300 s) and store the results of those that ended; nothing new is
     submitted. A model that cannot be reached is said and left (its batches stay open). Returns each
     collected model's BatchStats by label (``given_back``: requests the next run sends; ``running``:
-    its batches still open); {} when the cache has no ledger. Raises UsageError when ``poll_s`` is
-    not positive."""
+    its batches still open), in ``stats`` when given, filled as the models are collected (what was
+    counted when a stop or a full disk cut it); {} when the cache has no ledger. Raises UsageError
+    when ``poll_s`` is not positive."""
     poll_s = BatchOptions().poll_s if poll_s is None else poll_s
     if poll_s <= 0:
         raise UsageError("--poll must be positive (seconds)")
@@ -143,7 +145,7 @@ def collect(
                 say(f"{m.label}: not collected ({stop})")
             try:
                 return await _dispatch.collect(
-                    models, plan.suite, cache, ledger, options, plan.batch_overrides, say
+                    models, plan.suite, cache, ledger, options, plan.batch_overrides, say, stats
                 )
             finally:
                 for m in models:

@@ -625,3 +625,95 @@ def test_a_stop_while_a_batch_is_submitted_counts_its_requests(tmp_path: Path, s
     r = history["requests"]["openai:m"]
     assert (r["sent"], r["cache_hits"], r["not_sent"], r["refused"]) == (sent, 0, TASKS - sent, 0)
     assert f"{TASKS - sent} request(s) were not sent" in " ".join(err.split())
+
+
+def dxi_collect(tmp: Path, url: str, *flags: str) -> tuple[int, str]:
+    """``dxi batches collect --wait`` of model ``openai:m`` at ``url`` over ``tmp/data`` (its exit
+    code and standard output, blanks collapsed)."""
+    done = subprocess.run(
+        [DXI, "batches", "collect", "--data-dir", str(tmp / "data"), "--evals", "when2call"]
+        + ["--cache-dir", str(tmp / "cache"), "--out", str(tmp / "out")]
+        + ["--model", f"openai:m@{url}/v1", "--param", "max_completion_tokens=1000"]
+        + ["--wait", "--poll", "0.05", *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+    return done.returncode, " ".join(done.stdout.split())
+
+
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", ["ctrl-c", "kill"])
+def test_the_lines_of_run_history_sum_to_what_the_provider_billed_when_dxi_batches_collect_collects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop: str
+):
+    """A ``--batch --max-cost 5000`` run submits one batch of 16 requests ($200 reserved each at
+    the batch price) and is stopped while it runs: by Ctrl-C (its line records the batch open,
+    ``reserved_usd`` $3,200, $0 spent) or by SIGKILL right after the submission (no line). ``dxi
+    batches collect --wait`` collects it (priced as the run's line recorded it after Ctrl-C; given
+    ``--price`` after the kill, which left no line); then the same run again finds every answer in
+    the cache.
+
+    Expected, by hand: the provider answered (billed) 16 requests at $1.00: $16.00. The collect's
+    line (``command`` "batches collect", the old code: none) records ``cost_usd`` $16.00, the
+    entry in ``from_earlier_entries`` and ``collected``, ``cost_bound`` null; the last run's line
+    16 cache hits and $0. The models' ``cost_usd`` over every line: $16.00 (the old code: $0)."""
+    import signal
+    import time
+
+    data_dir(tmp_path / "data", TASKS)
+    with serve(model=None, record=False, batch={"polls": 8}) as server:
+        if stop == "kill":
+            monkeypatch.setenv("DXI_FAILPOINT", "submitted")
+            assert dxi_run(tmp_path, server.url, "--max-cost", "5000")[0] == -9
+            monkeypatch.delenv("DXI_FAILPOINT")
+        else:
+            cmd = [DXI, "run", "--data-dir", str(tmp_path / "data"), "--cache-dir"]
+            cmd += [str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "--evals", "when2call"]
+            cmd += ["--model", f"openai:m@{server.url}/v1", "--param", "max_completion_tokens=1000"]
+            cmd += ["--price", PRICE, "--batch", "--poll", "0.05", "--max-cost", "5000"]
+            with subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            ) as p:
+                give_up = time.monotonic() + 60
+                while server.stats()["batch_creates"] < 1 and time.monotonic() < give_up:
+                    time.sleep(0.05)
+                p.send_signal(signal.SIGINT)
+                p.communicate(timeout=60)
+            assert p.returncode == 130
+        code, out = dxi_collect(
+            tmp_path, server.url, *(["--price", PRICE] if stop == "kill" else [])
+        )
+        assert code == 0, out
+        assert "openai:m: 16 result(s) stored, 0 given back" in out
+        code, out = dxi_run(tmp_path, server.url, "--max-cost", "5000")
+        assert code == 0, out
+        stats = server.stats()
+    assert (stats["batch_creates"], stats["batch_lines"], stats["batch_answers"], stats["ok"]) == (
+        1,
+        16,
+        16,
+        0,
+    )
+    billed = stats["batch_answers"] * 1.0  # 5 output tokens at $200,000 per million each
+    lines = [orjson.loads(line) for line in (tmp_path / "out" / "run-history.jsonl").open()]
+    assert [line.get("command") for line in lines] == (
+        [None, "batches collect", None] if stop == "ctrl-c" else ["batches collect", None]
+    )
+    collect, rerun = lines[-2], lines[-1]
+    r = collect["requests"]["openai:m"]
+    (entry,) = r["batches"]["from_earlier_entries"]
+    assert (collect["exit_code"], collect["outcome"], collect["collected"]) == (0, "done", [entry])
+    assert (collect["cost_bound"], collect["selection"]["prices"]) == (
+        None,
+        {"openai:m": [0.0, 400000.0]},
+    )
+    assert (r["sent"], r["cost_usd"], r["batches"]["from_earlier_runs_usd"]) == (0, 16.0, 16.0)
+    if stop == "ctrl-c":  # the run's line holds the batch open, at most its reservations
+        assert lines[0]["requests"]["openai:m"]["batches"]["open"]["entries"] == [entry]
+        assert lines[0]["requests"]["openai:m"]["cost_usd"] == 0.0
+    again = rerun["requests"]["openai:m"]
+    assert (again["sent"], again["cache_hits"], again["cost_usd"]) == (0, 16, 0.0)
+    assert sum(b["cost_usd"] for line in lines for b in line["requests"].values()) == billed == 16.0
