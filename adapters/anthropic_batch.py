@@ -51,21 +51,104 @@ from .batches import (
 from .errors import MalformedReply
 from .http import error_for, same_origin
 
-# an errored result's error type -> the HTTP status the synchronous API answers it with
-# (platform.claude.com /docs/en/api/errors), so that it is classified as the synchronous reply would
-# be
+# An errored result carries no HTTP status, only the ``ErrorResponse`` the synchronous call would
+# have answered with (anthropic SDK ``types/messages/message_batch_errored_result.py``); it is given
+# the status that call would have had, so that ``error_for`` classifies it as that reply
+# (docs/batch.md: transient, rate limited, deterministic, or a stop of the provider or model):
+#
+# * ``STATUS_OF``: ``error.type``, every ``ErrorType`` of anthropic 2.17's
+#   ``types/shared/error_type.py`` with the status of its exception in ``_exceptions.py``
+#   (``GatewayTimeoutErrorObject`` is ``timeout_error``: 504; ``billing_error``: 402, a QUOTA stop,
+#   ``provider_errors``; the memory stores' ``memory_precondition_failed_error`` and
+#   ``memory_path_conflict_error``, and ``conflict_error``: 409, as
+#   ``resources/beta/memory_stores/memories.py`` documents a failed precondition, Transient like any
+#   409), and ``request_too_large`` (413, platform.claude.com/docs/en/api/errors; not in the SDK's
+#   list);
+# * ``STATUS_OF_CODE``: ``error.details.error_code``, which "names the cause; branch on it rather
+#   than on message ... Treat an unrecognized error_code as the bare type" (``_exceptions.py``,
+#   ``APIStatusError.error_code``): the status ``_error_classes.py``'s ``ERROR_CLASSES`` gives each
+#   code the Messages API raises (``resources/messages/messages.py``, its ``Raises:``), so that
+#   ``storage_not_ready`` or ``cmek_key_unreachable`` (503: "try again") is given back whatever its
+#   type, and a spend limit (429, 402) stops the provider
+#   (``provider_errors.ANTHROPIC_SPEND_CODES``);
+# * neither known (a type or code newer than this table): 500, Transient. The request is given back
+#   and submitted again, at most ``--max-attempts`` times in all, then stored as a transient failure
+#   that the next run sends again: an errored result is not billed, so a wrong guess costs a few
+#   resubmissions, where taking an unknown error as deterministic would keep a failure that may not
+#   be one (and as a stop, end the provider's run).
+#
+# ``tests/test_batch_protocol.py`` checks both tables against the installed SDK.
 STATUS_OF = {
     "invalid_request_error": 400,
     "authentication_error": 401,
     "billing_error": 402,
     "permission_error": 403,
     "not_found_error": 404,
+    "memory_precondition_failed_error": 409,
+    "memory_path_conflict_error": 409,
+    "conflict_error": 409,
     "request_too_large": 413,
     "rate_limit_error": 429,
     "api_error": 500,
     "timeout_error": 504,
     "overloaded_error": 529,
 }
+UNKNOWN_STATUS = 500
+STATUS_OF_CODE = (
+    dict.fromkeys(
+        (
+            "available_tools_limit_exceeded",
+            "claude_code_key_creator_not_member",
+            "claude_code_version_too_old",
+            "cmek_key_disabled",
+            "cmek_key_network_blocked",
+            "compaction_block_ambiguous",
+            "compaction_block_misplaced",
+            "compaction_content_mismatch",
+            "compaction_incomplete_turn",
+            "compaction_nothing_to_summarize",
+            "compaction_signature_invalid",
+            "compaction_too_many_tool_references",
+            "compaction_tool_changes_mismatch",
+            "image_dimensions_too_large",
+            "organization_on_hold",
+            "organization_url_fetch_disabled",
+            "request_body_encoding_invalid",
+            "request_body_encoding_unsupported",
+            "thread_already_continued",
+            "thread_continue_in_flight",
+            "thread_fingerprint_mismatch",
+            "thread_unsupported_request",
+            "tool_name_conflict",
+            "tool_reference_unresolved",
+            "user_profile_required",
+        ),
+        400,
+    )
+    | dict.fromkeys(
+        ("linked_organization_billing_unavailable", "linked_organization_spend_limit_reached"), 402
+    )
+    | dict.fromkeys(("user_profile_billing_not_authorized", "user_profile_not_billable"), 403)
+    | {"thread_not_found": 404, "skill_read_blocked_undecryptable": 409}
+    | {"request_body_too_large_after_decoding": 413}
+    | dict.fromkeys(
+        ("contract_spend_limit_reached", "enforced_spend_limit_reached", "ramp_limit_exceeded"), 429
+    )
+    | dict.fromkeys(("cmek_key_unreachable", "storage_not_ready"), 503)
+    | {"compaction_unavailable": 529}
+)
+
+
+def errored_status(error: dict) -> int:
+    """The HTTP status of an errored result's ``ErrorResponse`` (``error``): its
+    ``error.details.error_code``'s where known, else its ``error.type``'s, else ``UNKNOWN_STATUS``
+    (see the tables above)."""
+    inner = error.get("error") if isinstance(error.get("error"), dict) else {}
+    details = inner.get("details") if isinstance(inner.get("details"), dict) else {}
+    code = details.get("error_code")
+    if isinstance(code, str) and code in STATUS_OF_CODE:
+        return STATUS_OF_CODE[code]
+    return STATUS_OF.get(str(inner.get("type")), UNKNOWN_STATUS)
 
 
 def status_of(doc: dict) -> BatchStatus:
@@ -197,11 +280,7 @@ class AnthropicBatch(BatchAPI):
             return ResultLine(key, orjson.dumps(result.get("message")), doc=result.get("message"))
         if kind == "errored":
             error = result.get("error") if isinstance(result.get("error"), dict) else {}
-            inner = error.get("error") if isinstance(error.get("error"), dict) else {}
             return ResultLine(
-                key,
-                error=error_for(
-                    STATUS_OF.get(str(inner.get("type")), 500), orjson.dumps(error), {}, self.what
-                ),
+                key, error=error_for(errored_status(error), orjson.dumps(error), {}, self.what)
             )
         return ResultLine(key)  # canceled, expired: not run, given back

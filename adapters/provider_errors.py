@@ -343,6 +343,10 @@ def provider_stop(
         return stop(QUOTA, hint=" (billing)")
     if _USAGE_LIMIT.search(message):
         return stop(QUOTA, _regain_in(message, now), " (spend limit)")
+    # the words last, after every structured field above (the SDK: a message's "wording can
+    # change, so don't match on it"): anthropic 2.17 has no type nor error_code for a used-up
+    # prepaid balance (``types/shared/error_type.py``, ``_error_classes.py``), which the API answers
+    # as a 400 ``invalid_request_error``; a ``billing_error`` (402) is caught above by its type
     if _CREDIT_BALANCE.search(message):
         return stop(QUOTA, hint=" (credit balance)")
     if error.get("status") == "RESOURCE_EXHAUSTED" and (quota := _per_day_violation(error)):

@@ -99,7 +99,7 @@ def merged(parts: Sequence[Stats]) -> Stats:
         values = [getattr(b, f.name) for b in batches]
         if f.name == "running":
             out.running = {k: v for b in batches for k, v in b.running.items()}
-        elif f.name in ("open_entries", "earlier_entries"):
+        elif f.name in ("open_entries", "earlier_entries", "collected_entries"):
             setattr(out, f.name, set().union(*values))
         elif f.name in ("in_batch", "stopped"):
             setattr(out, f.name, next((v for v in reversed(values) if v), values[-1]))
@@ -500,12 +500,14 @@ async def collect(
     options: BatchOptions,
     batch_overrides: dict | None = None,
     say: Callable[[str], None] | None = None,
+    out: dict[str, BatchStats] | None = None,
 ) -> dict[str, BatchStats]:
     """``dxi batches collect``: for each of ``models`` (started) with open ledger entries, poll them
     (once, or until they end with ``options.wait``) and store the results of those that ended;
     nothing new is submitted. Returns each such model's BatchStats (``given_back``: requests the
-    next run sends)."""
-    out = {}
+    next run sends), in ``out`` when given, each one put there before its model is collected (a
+    stop meanwhile leaves what was counted: its line in OUT/run-history.jsonl)."""
+    out = {} if out is None else out
     for model in models:
         ident = identity(model)
         if not ledger.open_entries(ident):
@@ -516,7 +518,7 @@ async def collect(
         price = scoring_cost.batch_price(
             model.price, *(batch_overrides or {}).get(model.label, (None, None))
         )
-        stats = BatchStats(cost_usd=None if price is None else 0.0)
+        stats = out[model.label] = BatchStats(cost_usd=None if price is None else 0.0)
         await ModelBatches(
             model,
             api,
@@ -530,7 +532,6 @@ async def collect(
             stats=stats,
             events=say,
         ).run()
-        out[model.label] = stats
     return out
 
 

@@ -4,6 +4,9 @@ cancels them (docs/batch.md); the command prints what these return.
 * ``held(cache_dir, models)``: the keys of each model's requests that its open batches hold, and
   whether the provider accepted each batch (what ``dxi estimate`` counts apart from the new
   requests, or calls new as ``batch not confirmed``).
+* ``waiting(cache, models, suite)``: how many requests (and answers) not in the cache accepted
+  open batches hold, per model (``dxi score``'s note); ``accepted_by_label(cache_dir)``: the open
+  batches per model label (where no model is given).
 * ``listed(cache_dir, every)``: the entries, oldest first, each with where it stands (``rows``).
 * ``collect(plan, wait, poll_s, say)``: the open batches of the plan's models polled (once, or until
   they end) and the results of those that ended stored; nothing new is submitted.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,6 +48,7 @@ _dispatch = LazyModule("dxi.runner.dispatch")
 
 if TYPE_CHECKING:
     from dxi.adapters.batches import BatchAPI
+    from dxi.evals import Suite
 
     from .planning.plan import ModelRun, Plan
 
@@ -73,6 +78,44 @@ def held(cache_dir: Path, models: Sequence[ModelRun]) -> dict[str, dict[str, boo
             out[m.label] = {
                 k: getattr(entries.get(e), "batch_id", None) is not None for k, e in claimed.items()
             }
+    return out
+
+
+def waiting(cache: Cache, models: Sequence[ModelRun], suite: Suite) -> dict[str, dict]:
+    """Label -> what of the model's requests over ``suite`` that the cache does not hold, batches
+    the provider accepted hold (``held``, as ``dxi estimate`` counts them ``in_open_batches``):
+    {``requests``, ``answers``} (their questions), for ``dxi score``'s note: ``dxi batches collect``
+    or the next ``dxi run`` collects them, neither asks for them again. {} when the cache has no
+    ledger; a model with none is left out."""
+    out = {}
+    for m in models:
+        accepted = {k for k, ok in held(cache.root, [m]).get(m.label, {}).items() if ok}
+        if not accepted:
+            continue
+        requests = answers = 0
+        stream = m.requests(suite)
+        while part := list(islice(stream, 256)):
+            for (task, _, request), hit in zip(
+                part, cache.has_many([r.key for *_, r in part]), strict=True
+            ):
+                if not hit and request.key in accepted:
+                    requests += 1
+                    answers += len(task.questions)
+        if requests:
+            out[m.label] = {"requests": requests, "answers": answers}
+    return out
+
+
+def accepted_by_label(cache_dir: Path) -> dict[str, int]:
+    """Model label -> how many open batches of it the provider accepted (the ledger's open entries
+    with a batch id): what ``dxi score`` of every model in the cache says of them, where it has no
+    model to tell which of their requests it scores (``waiting``)."""
+    if not has_batches(cache_dir):
+        return {}
+    out: dict[str, int] = {}
+    for e in listed(cache_dir):
+        if not e.closed and e.batch_id is not None:
+            out[e.label] = out.get(e.label, 0) + 1
     return out
 
 
@@ -117,14 +160,16 @@ def collect(
     wait: bool = False,
     poll_s: float | None = None,
     say: Callable[[str], None] | None = None,
+    stats: dict[str, BatchStats] | None = None,
 ) -> dict[str, BatchStats]:
     """Poll the open batches of ``plan``'s models (once each, or until every one has ended with
     ``wait``; the first wait between status reads ``poll_s`` seconds, ``BatchOptions``' by default,
     growing by half each time up to 300 s) and store the results of those that ended; nothing new is
     submitted. A model that cannot be reached is said and left (its batches stay open). Returns each
     collected model's BatchStats by label (``given_back``: requests the next run sends; ``running``:
-    its batches still open); {} when the cache has no ledger. Raises UsageError when ``poll_s`` is
-    not positive."""
+    its batches still open), in ``stats`` when given, filled as the models are collected (what was
+    counted when a stop or a full disk cut it); {} when the cache has no ledger. Raises UsageError
+    when ``poll_s`` is not positive."""
     poll_s = BatchOptions().poll_s if poll_s is None else poll_s
     if poll_s <= 0:
         raise UsageError("--poll must be positive (seconds)")
@@ -143,7 +188,7 @@ def collect(
                 say(f"{m.label}: not collected ({stop})")
             try:
                 return await _dispatch.collect(
-                    models, plan.suite, cache, ledger, options, plan.batch_overrides, say
+                    models, plan.suite, cache, ledger, options, plan.batch_overrides, say, stats
                 )
             finally:
                 for m in models:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from dxi import adapters
 from dxi.cache import Cache
+from dxi.cache.ledger import LEDGER_DIR
 from dxi.evals import PROMPT_VERSION
 from dxi.lazy import LazyModule
 
@@ -39,6 +40,7 @@ scoring = LazyModule("dxi.scoring")
 _files = LazyModule("dxi.runner.outputs.files")
 _report = LazyModule("dxi.report.html")
 _view_data = LazyModule("dxi.view.data")
+_open_batches = LazyModule("dxi.runner.open_batches")  # a cache with batches only
 
 if TYPE_CHECKING:
     from tempfile import TemporaryDirectory
@@ -325,6 +327,7 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
         suite = scored_suite(selection, to_score)
         batch_prices = plan.batch_prices() if plan is not None else None
         extra = provenance(selection, to_score.recorded)
+        held = in_open_batches(cache, selection, suite, to_score)
         if not html:
             summary = _files.score(
                 cache,
@@ -337,6 +340,7 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
                 extra=extra,
                 batch_prices=batch_prices,
                 tolerance=allowed,
+                in_open_batches=held,
             )
         else:  # the report staged with summary.json and answers.parquet: put in place together
             summary = _files.score_all(
@@ -354,6 +358,7 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
                 report=lambda summary, scored, into: _report.write(
                     summary, scored, into, ranked=plan is None
                 ),  # no order given: by Decision Index
+                in_open_batches=held,
             ).summary
             path = out / "report.html"
         # an adaptive run over this cache that did not finish: said once, with its command
@@ -389,6 +394,26 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
         0 if summary.accepted else EXIT_FAILED_REQUESTS,
         ranked=plan is None,
     )
+
+
+def in_open_batches(
+    cache: Cache, selection: Selection, suite: Suite, to_score: ToScore
+) -> dict[str, dict] | None:
+    """What open batches of the cache's ledger hold of the requests scored that the cache does not
+    (label -> {requests, answers}: ``runner.open_batches.waiting``, the keys ``dxi estimate`` counts
+    ``in_open_batches``); scoring every model in the cache (no plan: no model to encode the
+    requests with), how many accepted batches each has open (label -> {batches}). None without a
+    ledger."""
+    if not (selection.cache_dir / LEDGER_DIR).is_dir():  # no ledger: no batch (nothing loaded)
+        return None
+    if selection.plan is not None:
+        return _open_batches.waiting(cache, selection.plan.models, suite)
+    labels = set(to_score.frame["label"].to_list())
+    return {
+        label: {"batches": n}
+        for label, n in _open_batches.accepted_by_label(selection.cache_dir).items()
+        if label in labels
+    }
 
 
 def browse(selection: Selection, home: TemporaryDirectory) -> tuple[Browser, list[str]]:

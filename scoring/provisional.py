@@ -146,15 +146,25 @@ def notes(summary: Summary) -> list[str]:
 
 def _rerun(rerun: int, m: ModelEntry) -> str:
     """What the next ``dxi run`` does of a model's ``rerun`` answers: asks for them again, but for
-    those in batches the run left open at the provider (its ``requests.batches.open``, a run
-    stopped after submitting them: the next run collects them, it does not ask for them)."""
-    held = ((unset(m.requests) or {}).get("batches") or {}).get("open") or {}
+    those in batches still open at the provider, which it (or ``dxi batches collect``) collects
+    and does not ask for: a run's own (its ``requests.batches.open``, a run stopped after
+    submitting them) or, scoring the cache alone, those the cache's ledger holds
+    (``requests.in_open_batches``: their ``answers``; or only how many ``batches`` a model has
+    open, scoring every model in the cache, where which of its answers they hold is not known)."""
+    requests = unset(m.requests) or {}
+    held = (requests.get("batches") or {}).get("open") or requests.get("in_open_batches") or {}
     collected = min(rerun, held.get("answers", 0))
+    if held.get("batches"):
+        return (
+            f"the next `dxi run` with these options asks for {rerun} of them again, but for those "
+            f"that its {held['batches']} open batch(es) at the provider hold, which `dxi batches "
+            "collect` or the next `dxi run` collects (dxi batches list)"
+        )
     if not collected:
         return f"the next `dxi run` with these options asks for {rerun} of them again"
     told = (
-        f"{collected} of them are in batches still open at the provider, which the next `dxi run` "
-        "collects (it does not ask for them again)"
+        f"{collected} of them are in batches still open at the provider, which `dxi batches "
+        "collect` or the next `dxi run` collects (it does not ask for them again)"
     )
     return told + (
         f"; it asks for the other {rerun - collected} again" if rerun > collected else ""

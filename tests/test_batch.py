@@ -638,6 +638,8 @@ def test_dxi_batches_lists_collects_and_cancels(
                     str(data_dir),
                     "--cache-dir",
                     str(cache),
+                    "--out",
+                    str(tmp_path / "out"),
                 ]
             )
             == 0
@@ -668,6 +670,8 @@ def test_dxi_batches_lists_collects_and_cancels(
                     str(data_dir),
                     "--cache-dir",
                     str(cache),
+                    "--out",
+                    str(tmp_path / "out"),
                     "--wait",
                     "--poll",
                     "0.05",

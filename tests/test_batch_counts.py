@@ -196,8 +196,8 @@ def test_a_stopped_batch_run_counts_the_requests_not_in_a_batch_not_sent(tmp_pat
         2000.0,
     )
     assert (
-        "10 of them are in batches still open at the provider, which the next `dxi run` collects "
-        "(it does not ask for them again); it asks for the other 6 again"
+        "10 of them are in batches still open at the provider, which `dxi batches collect` or the "
+        "next `dxi run` collects (it does not ask for them again); it asks for the other 6 again"
     ) in " ".join(out.split())
     last = " ".join(err.split())
     assert "6 request(s) were not sent" in last
@@ -313,8 +313,8 @@ def test_a_batch_left_open_by_ctrl_c_is_committed_by_its_run_and_costed_once_by_
     assert r1["cost_usd"] + r2["cost_usd"] == 16.0
     first = " ".join(first.split())
     assert (
-        "16 of them are in batches still open at the provider, which the next `dxi run` collects "
-        "(it does not ask for them again)."
+        "16 of them are in batches still open at the provider, which `dxi batches collect` or the "
+        "next `dxi run` collects (it does not ask for them again)."
     ) in first
     assert (
         "this run, openai:m: 16 request(s) in batches still open at the provider, at most "
@@ -625,3 +625,156 @@ def test_a_stop_while_a_batch_is_submitted_counts_its_requests(tmp_path: Path, s
     r = history["requests"]["openai:m"]
     assert (r["sent"], r["cache_hits"], r["not_sent"], r["refused"]) == (sent, 0, TASKS - sent, 0)
     assert f"{TASKS - sent} request(s) were not sent" in " ".join(err.split())
+
+
+def dxi_collect(tmp: Path, url: str, *flags: str) -> tuple[int, str]:
+    """``dxi batches collect --wait`` of model ``openai:m`` at ``url`` over ``tmp/data`` (its exit
+    code and standard output, blanks collapsed)."""
+    done = subprocess.run(
+        [DXI, "batches", "collect", "--data-dir", str(tmp / "data"), "--evals", "when2call"]
+        + ["--cache-dir", str(tmp / "cache"), "--out", str(tmp / "out")]
+        + ["--model", f"openai:m@{url}/v1", "--param", "max_completion_tokens=1000"]
+        + ["--wait", "--poll", "0.05", *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+    return done.returncode, " ".join(done.stdout.split())
+
+
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", ["ctrl-c", "kill"])
+def test_the_lines_of_run_history_sum_to_what_the_provider_billed_when_dxi_batches_collect_collects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop: str
+):
+    """A ``--batch --max-cost 5000`` run submits one batch of 16 requests ($200 reserved each at
+    the batch price) and is stopped while it runs: by Ctrl-C (its line records the batch open,
+    ``reserved_usd`` $3,200, $0 spent) or by SIGKILL right after the submission (no line). ``dxi
+    batches collect --wait`` collects it (priced as the run's line recorded it after Ctrl-C; given
+    ``--price`` after the kill, which left no line); then the same run again finds every answer in
+    the cache.
+
+    Expected, by hand: the provider answered (billed) 16 requests at $1.00: $16.00. The collect's
+    line (``command`` "batches collect", the old code: none) records ``cost_usd`` $16.00, the
+    entry in ``from_earlier_entries`` and ``collected``, ``cost_bound`` null; the last run's line
+    16 cache hits and $0. The models' ``cost_usd`` over every line: $16.00 (the old code: $0)."""
+    import signal
+    import time
+
+    data_dir(tmp_path / "data", TASKS)
+    with serve(model=None, record=False, batch={"polls": 8}) as server:
+        if stop == "kill":
+            monkeypatch.setenv("DXI_FAILPOINT", "submitted")
+            assert dxi_run(tmp_path, server.url, "--max-cost", "5000")[0] == -9
+            monkeypatch.delenv("DXI_FAILPOINT")
+        else:
+            cmd = [DXI, "run", "--data-dir", str(tmp_path / "data"), "--cache-dir"]
+            cmd += [str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "--evals", "when2call"]
+            cmd += ["--model", f"openai:m@{server.url}/v1", "--param", "max_completion_tokens=1000"]
+            cmd += ["--price", PRICE, "--batch", "--poll", "0.05", "--max-cost", "5000"]
+            with subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            ) as p:
+                give_up = time.monotonic() + 60
+                while server.stats()["batch_creates"] < 1 and time.monotonic() < give_up:
+                    time.sleep(0.05)
+                p.send_signal(signal.SIGINT)
+                p.communicate(timeout=60)
+            assert p.returncode == 130
+        code, out = dxi_collect(
+            tmp_path, server.url, *(["--price", PRICE] if stop == "kill" else [])
+        )
+        assert code == 0, out
+        assert "openai:m: 16 result(s) stored, 0 given back" in out
+        code, out = dxi_run(tmp_path, server.url, "--max-cost", "5000")
+        assert code == 0, out
+        stats = server.stats()
+    assert (stats["batch_creates"], stats["batch_lines"], stats["batch_answers"], stats["ok"]) == (
+        1,
+        16,
+        16,
+        0,
+    )
+    billed = stats["batch_answers"] * 1.0  # 5 output tokens at $200,000 per million each
+    lines = [orjson.loads(line) for line in (tmp_path / "out" / "run-history.jsonl").open()]
+    assert [line.get("command") for line in lines] == (
+        [None, "batches collect", None] if stop == "ctrl-c" else ["batches collect", None]
+    )
+    collect, rerun = lines[-2], lines[-1]
+    r = collect["requests"]["openai:m"]
+    (entry,) = r["batches"]["from_earlier_entries"]
+    assert (collect["exit_code"], collect["outcome"], collect["collected"]) == (0, "done", [entry])
+    assert (collect["cost_bound"], collect["selection"]["prices"]) == (
+        None,
+        {"openai:m": [0.0, 400000.0]},
+    )
+    assert (r["sent"], r["cost_usd"], r["batches"]["from_earlier_runs_usd"]) == (0, 16.0, 16.0)
+    if stop == "ctrl-c":  # the run's line holds the batch open, at most its reservations
+        assert lines[0]["requests"]["openai:m"]["batches"]["open"]["entries"] == [entry]
+        assert lines[0]["requests"]["openai:m"]["cost_usd"] == 0.0
+    again = rerun["requests"]["openai:m"]
+    assert (again["sent"], again["cache_hits"], again["cost_usd"]) == (0, 16, 0.0)
+    assert sum(b["cost_usd"] for line in lines for b in line["requests"].values()) == billed == 16.0
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_dxi_score_run_later_says_which_missing_answers_open_batches_hold(tmp_path: Path):
+    """4 of the 16 tasks answered one call at a time (``--limit 4``), then ``--batch --batch-size 5
+    --max-cost 2000`` over all 16: two batches of 5 are submitted ($200 reserved each: 10 fit),
+    the 11th request waits for room and Ctrl-C stops the run with both batches open (100,000 status
+    reads). ``dxi score --all-tasks`` later, the cache alone.
+
+    Expected, by hand: 12 answers missing; 10 of them in the two open batches (``dxi batches
+    collect`` or the next ``dxi run`` collects them), the other 2 asked for again (the old code:
+    "asks for 12 of them again"); ``requests.in_open_batches`` {10 requests, 10 answers}. Scoring
+    every model in the cache (no ``--model``): its 2 open batches are named, without counts."""
+    import signal
+    import time
+
+    data_dir(tmp_path / "data", TASKS)
+    with serve(model=None, record=False, batch={"polls": 100000}) as server:
+        model = f"openai:m@{server.url}/v1"
+        cmd = [DXI, "run", "--data-dir", str(tmp_path / "data"), "--evals", "when2call"]
+        cmd += ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
+        cmd += ["--model", model, "--param", "max_completion_tokens=1000", "--price", PRICE]
+        sync = subprocess.run([*cmd, "--limit", "4"], capture_output=True, text=True, timeout=120)
+        assert sync.returncode == 0, sync.stdout + sync.stderr
+        cmd += ["--batch", "--poll", "0.05", "--batch-size", "5", "--max-cost", "2000"]
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+            give_up = time.monotonic() + 60
+            while server.stats()["batch_creates"] < 2 and time.monotonic() < give_up:
+                time.sleep(0.1)
+            time.sleep(0.5)  # the 11th request is waiting for room
+            p.send_signal(signal.SIGINT)
+            p.communicate(timeout=60)
+        assert p.returncode == 130
+        stats = server.stats()
+    assert (stats["batch_creates"], stats["batch_lines"]) == (2, 10)
+    for given in ([model], []):
+        score = [DXI, "score", "--data-dir", str(tmp_path / "data"), "--evals", "when2call"]
+        score += ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "scored")]
+        score += ["--all-tasks"] if given else []
+        score += [a for m in given for a in ("--model", m, "--param", "max_completion_tokens=1000")]
+        done = subprocess.run(score, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, done.stdout + done.stderr
+        said = " ".join(done.stdout.split())
+        (m,) = orjson.loads((tmp_path / "scored" / "summary.json").read_bytes())["models"]
+        if given:
+            assert m["requests"]["in_open_batches"] == {"requests": 10, "answers": 10}
+            assert (
+                "12 missing answer(s) in When2Call, left out: its figures are over the answered "
+                "questions; whatever those answers turn out to be, they lie within: When2Call "
+                "accuracy [0.0, 75.0]; 10 of them are in batches still open at the provider, which "
+                "`dxi batches collect` or the next `dxi run` collects (it does not ask for them "
+                "again); it asks for the other 2 again."
+            ) in said, said
+        else:
+            assert m["requests"]["in_open_batches"] == {"batches": 2}
+            assert (
+                "the next `dxi run` with these options asks for 12 of them again, but for those "
+                "that its 2 open batch(es) at the provider hold, which `dxi batches collect` or the "
+                "next `dxi run` collects (dxi batches list)."
+            ) in said, said

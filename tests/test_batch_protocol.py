@@ -258,6 +258,73 @@ def test_anthropic_and_gemini_result_lines_are_classified_alike():
     assert isinstance(gemini.result({"no": "key"}, b"{}").error, MalformedReply)
 
 
+def test_an_anthropic_errored_result_is_classified_by_its_error_code_then_its_type():
+    """Each error type of the SDK, each ``details.error_code`` of the Messages API, and one neither
+    knows: classified as the synchronous reply with its status (the old code: the three types the
+    memory stores added read as HTTP 500, and a code was read only for a spend limit, so a
+    ``storage_not_ready``, 503 "try again", under an ``invalid_request_error`` was kept as a
+    deterministic failure)."""
+    api = AnthropicBatch(adapters.get("anthropic:m@http://127.0.0.1:1"))
+
+    def errored(kind: str, code: str | None = None, message: str = "m") -> Exception | None:
+        inner = {"type": kind, "message": message} | (
+            {"details": {"error_code": code}} if code else {}
+        )
+        line = {
+            "custom_id": "c" * 64,
+            "result": {"type": "errored", "error": {"type": "error", "error": inner}},
+        }
+        return api.result(orjson.dumps(line)).error
+
+    for kind, code, expected, status in (
+        ("timeout_error", None, Transient, 504),
+        ("billing_error", None, ProviderStop, 402),
+        ("memory_precondition_failed_error", None, Transient, 409),
+        ("memory_path_conflict_error", None, Transient, 409),
+        ("conflict_error", None, Transient, 409),
+        ("request_too_large", None, Fatal, 413),
+        ("a_type_added_later_error", None, Transient, 500),  # unknown: given back, bounded
+        ("invalid_request_error", "storage_not_ready", Transient, 503),
+        ("api_error", "request_body_too_large_after_decoding", Fatal, 413),
+        ("rate_limit_error", "ramp_limit_exceeded", RateLimited, 429),
+        ("rate_limit_error", "a_code_added_later", RateLimited, 429),  # unknown: the bare type
+        ("api_error", "linked_organization_spend_limit_reached", ProviderStop, 402),
+    ):
+        error = errored(kind, code)
+        assert (type(error), error.status) == (expected, status), (kind, code)
+    # the type before the words: a billing_error is a billing stop whatever its message says
+    said = str(errored("billing_error", message="Your credit balance is too low to access the API"))
+    assert "HTTP 402 quota exhausted (billing)" in said
+    # a used-up balance has no type nor code of its own (a 400): its words are the fallback
+    said = str(errored("invalid_request_error", message="Your credit balance is too low to access"))
+    assert "HTTP 400 quota exhausted (credit balance)" in said
+
+
+def test_the_anthropic_error_tables_cover_the_installed_sdks_types_and_codes():
+    """``STATUS_OF`` names every ``ErrorType`` of the SDK (``types/shared/error_type.py``), and
+    ``STATUS_OF_CODE`` is, for each ``error_code`` the Messages API raises (the exceptions listed
+    under ``Raises:`` in ``resources/messages/messages.py``), the status of its exception
+    (``_error_classes.ERROR_CLASSES``): a newer SDK that adds one fails here."""
+    import inspect
+    import re
+    from typing import get_args
+
+    from anthropic._error_classes import ERROR_CLASSES
+    from anthropic.resources.messages import messages
+    from anthropic.types.shared.error_type import ErrorType
+
+    from dxi.adapters.anthropic_batch import STATUS_OF, STATUS_OF_CODE
+
+    assert set(get_args(ErrorType)) - set(STATUS_OF) == set()
+    raised = {
+        name
+        for block in re.findall(r"Raises:\n(.*?)\"\"\"", inspect.getsource(messages), re.S)
+        for name in re.findall(r"(\w+Error):", block)
+    }
+    coded = {cls.__name__: key for key, cls in ERROR_CLASSES.items() if key[1] is not None}
+    assert {coded[name][1]: coded[name][0] for name in raised} == STATUS_OF_CODE
+
+
 def test_each_providers_batch_states_map_to_one_outcome():
     assert openai_status({"id": "b", "status": "in_progress"}).outcome is None
     assert [

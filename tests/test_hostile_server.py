@@ -180,6 +180,62 @@ async def test_usage_no_request_could_have_used_is_not_kept_and_its_cost_is_unkn
     assert rows.select("status", "input_tokens", "output_tokens").rows() == [("ok", None, None)] * 2
 
 
+async def test_an_uncapped_output_count_past_what_any_model_writes_is_not_kept(
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+):
+    """Nothing caps the output (no ``max_completion_tokens``, no ``--max-cost``) and the server
+    states 10 input and 10**9 output tokens per reply, below 2**63: more than any model writes in
+    one reply (``MAX_REPLY_OUTPUT``, 1,048,576). Expected, by hand: the usage is not kept (the old
+    code: $60,000.0002 for the two replies, at $30 per million output tokens), the cost is unknown
+    with no upper bound (``cost_usd`` null, ``cost_reason`` for 2 requests), each reply warned of.
+    The same with 1,048,576 output tokens is believed: $62.91476 for the two."""
+    import asyncio
+    import logging
+
+    import orjson
+
+    from dxi.runner.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
+    for output, cache in ((10**9, "absurd"), (1_048_576, "largest")):
+        out = tmp_path / f"out-{cache}"
+        async with FakeLLM(default=f"usage:[10,{output}]") as server:
+            argv = ["run", "--model", f"openai:gpt-fake@{server.url}/v1", "--evals", "when2call"]
+            argv += [
+                "--limit",
+                "2",
+                "--price",
+                "openai:gpt-fake=10/30",
+                "--data-dir",
+                str(data_dir),
+            ]
+            argv += ["--cache-dir", str(tmp_path / cache), "--out", str(out), "-q"]
+            with caplog.at_level(logging.WARNING, "dxi.cost"):
+                assert await asyncio.to_thread(main, argv) == 0
+        (model,) = orjson.loads((out / "summary.json").read_bytes())["models"]
+        requests = model["requests"]
+        if output == 10**9:
+            assert (requests["input_tokens"], requests["output_tokens"]) == (0, 0)
+            assert requests["cost_usd"] is None
+            assert requests["cost_reason"].startswith("the cost of 2 request(s) is unknown")
+            warned = [r.getMessage() for r in caplog.records if "not credible" in r.getMessage()]
+            assert (
+                warned
+                == [
+                    "openai:gpt-fake: a reply's usage is not credible (output_tokens 1000000000 > "
+                    "1,048,576, more than any provider's model writes in one reply (nothing caps this "
+                    "request's output)): not kept, its cost is unknown"
+                ]
+                * 2
+            )
+        else:
+            assert (requests["input_tokens"], requests["output_tokens"]) == (20, 2 * 1_048_576)
+            assert requests["cost_usd"] == round((20 * 10 + 2 * 1_048_576 * 30) / 1e6, 6)
+
+
 async def test_a_streamed_gzip_bomb_is_decoded_no_further_than_the_reply_bound(
     data_dir: Path, tmp_path: Path
 ):

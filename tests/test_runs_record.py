@@ -291,3 +291,62 @@ async def test_a_run_the_cache_stops_records_what_it_sent_and_the_replies_it_cou
         "This run sent 6 request(s) and spent $6.0000; 1 of them ($1.0000) were paid for but "
         "could not be stored: the next run sends them again. Every reply stored before it is in"
     ) in err
+
+
+def test_a_line_of_dxi_batches_collect_is_counted_apart_and_is_not_the_last_run(tmp_path: Path):
+    """A run of ``--limit 30``, then a ``dxi batches collect`` of every task: the note of ``dxi
+    score`` counts 1 run and 1 collect and tells how the run ended (the collect's outcome is not a
+    run's), and the last run's selection is the run's, ``--limit 30`` (the old code: the collect's,
+    every task, so ``dxi score --limit 30`` was told it scored other tasks than the last run)."""
+    from dxi.runner.planning.selection import Pick, last_run
+
+    out = tmp_path / "out"
+    out.mkdir()
+    ran = {"run_file": None, "models": ["m"], "evals": ["when2call"], "limit": 30}
+    history.append(out, history.line_of(ran, "2026-12-04T21:00:00Z", 130))
+    collected = {"run_file": None, "models": ["m"], "evals": ["when2call"]}
+    line = history.line_of(collected, "2026-12-04T22:00:00Z", 0, command=history.COLLECT)
+    assert next(iter(line)) == "command" and line["command"] == "batches collect"
+    history.append(out, line)
+    assert history.note(out) == (
+        f"what each run sent and spent: {out / 'run-history.jsonl'} (1 run and 1 dxi batches "
+        "collect; the last run was interrupted)"
+    )
+    last = last_run(out, {}, tmp_path / "cache")
+    assert (last.pick, last.evals) == (Pick(30, None, 0), ("when2call",))
+    assert [line.get("command") for line in history.read(out)] == [None, "batches collect"]
+    assert len(history.runs(out)) == 1
+
+
+def test_dxi_batches_collect_stopped_by_a_full_disk_records_what_it_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+):
+    """A collection the cache stops (a full disk) after it stored 3 answers costing $0.75: exit
+    code 4 with one line saying what to do (the old code: 70, an unexpected error), and its line
+    records the 3 answers and their $0.75, ``outcome`` ``cache_write_failed``."""
+    from dxi.cache import CacheWriteError
+    from dxi.runner import open_batches
+    from dxi.runner.batch.options import BatchStats
+
+    def collect(plan, *, wait, poll_s, say, stats):
+        s = stats["openai:m"] = BatchStats(cost_usd=0.75, ok=3, attempts=3, from_earlier=3)
+        s.from_earlier_usd, s.earlier_entries = 0.75, {"dxi-1"}
+        raise CacheWriteError("No space left on device")
+
+    monkeypatch.setattr(open_batches, "collect", collect)
+    data_dir(tmp_path / "data", 4)
+    (tmp_path / "cache" / "batches").mkdir(parents=True)
+    out = tmp_path / "out"
+    args = ["batches", "collect", "--model", "openai:m@http://127.0.0.1:9/v1", "--evals"]
+    args += ["when2call", "--data-dir", str(tmp_path / "data"), "--cache-dir"]
+    args += [str(tmp_path / "cache"), "--out", str(out)]
+    assert main(args) == 4
+    assert "make room (or fix the directory) and collect again" in capsys.readouterr().err
+    (line,) = _lines(out / "run-history.jsonl")
+    r = line["requests"]["openai:m"]
+    assert (line["command"], line["outcome"], line["collected"]) == (
+        "batches collect",
+        "cache_write_failed",
+        [],
+    )
+    assert (r["sent"], r["cost_usd"], r["batches"]["from_earlier_entries"]) == (0, 0.75, ["dxi-1"])

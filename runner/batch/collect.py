@@ -230,6 +230,7 @@ class Collecting:
         self.stats.running.pop(entry.id, None)
         self.entry_tokens.pop(entry.id, None)
         self.stats.collected += 1
+        self.stats.collected_entries.add(entry.id)
         if foreign:
             self._say(
                 f"batch {entry.batch_id} (adopted by its size and time) was not this run's: none of "

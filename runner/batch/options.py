@@ -62,7 +62,7 @@ class BatchStats(Stats):
     it ended (a stop): their ledger entries, requests, answers and what their reservations held
     under this run's bound (at most their cost: not in ``cost_usd``, the run that collects them
     records what they cost); ``earlier_entries``: the ledger entries of the earlier runs' batches
-    this one collected (``from_earlier``)."""
+    this one collected (``from_earlier``); ``collected_entries``: every entry it collected."""
 
     submitted: int = 0
     running: dict[str, float] = field(default_factory=dict)
@@ -81,6 +81,7 @@ class BatchStats(Stats):
     open_answers: int = 0
     open_reserved_usd: float = 0.0
     earlier_entries: set[str] = field(default_factory=set)
+    collected_entries: set[str] = field(default_factory=set)
 
 
 async def with_retries(call: Callable, adapter: Adapter, what: str):

@@ -111,7 +111,14 @@ def add_parser(sub) -> None:
         metavar="SECONDS",
         help="with --wait: the first wait between two status reads",
     )
-    co.set_defaults(out=None)  # collects into the cache; writes no outputs
+    options.add_price(co.add_argument_group("prices"))
+    co.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="where its line goes in run-history.jsonl, beside the runs' (default: out, or the run "
+        "file's)",
+    )
     ca = bsub.add_parser(
         "cancel",
         help="cancel open batches (their results so far are collected by the next run)",
@@ -168,23 +175,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{time.strftime('%H:%M:%S')} {escape(text)}", highlight=False)
 
     if args.batches_command == "collect":
-        plan = options.plan_of(args)
-        where = options.named(args, "cache_dir", "--cache-dir")
-        paths.cache_to_read(plan.cache_dir, where, required=True)
-        if not open_batches.has_batches(plan.cache_dir):
-            console.print(f"{plan.cache_dir} holds no batches: nothing to collect")
-            return 0
-        paths.cache_folder(plan.cache_dir, where)  # results go there
-        stats = open_batches.collect(plan, wait=args.wait, poll_s=args.poll, say=say)
-        for label, s in stats.items():
-            console.print(
-                escape(
-                    f"{label}: {s.ok + s.invalid + s.failed:,} result(s) stored, {s.given_back:,} given "
-                    f"back (sent again by the next run), {len(s.running)} batch(es) still open"
-                ),
-                highlight=False,
-            )
-        return 0
+        return _collect(args, console, say)
     if args.batches_command == "cancel":
         paths.cache_to_read(args.cache_dir, required=True)
         done = open_batches.cancel(
@@ -221,6 +212,72 @@ def main(args: argparse.Namespace, console: Console) -> int:
         return 0
     paths.cache_to_read(args.cache_dir, required=True)
     return _list(args, console, open_batches.listed(args.cache_dir, every=args.all))
+
+
+def _collect(args: argparse.Namespace, console: Console, say) -> int:
+    """``dxi batches collect``: the open batches of the models polled, the results of those that
+    ended stored, and, when it collected something, its line in OUT/run-history.jsonl
+    (``runner.outputs.history``, ``command`` ``COLLECT``): what it stored and what that cost, so
+    that the lines' ``requests.*.cost_usd`` sum to what was spent. A stop (Ctrl-C, SIGTERM) or a
+    cache that cannot be written records what was counted by then."""
+    from rich.markup import escape
+
+    from dxi.cache import CacheWriteError
+
+    from .. import open_batches, signals
+    from ..counts import Counts, requests_block
+    from ..outputs import history
+    from ..planning.selection import selection_of
+
+    started = history.now()
+    plan = options.plan_of(args, "dxi batches collect")
+    where = options.named(args, "cache_dir", "--cache-dir")
+    paths.cache_to_read(plan.cache_dir, where, required=True)
+    if not open_batches.has_batches(plan.cache_dir):
+        console.print(f"{plan.cache_dir} holds no batches: nothing to collect")
+        return 0
+    paths.cache_folder(plan.cache_dir, where)  # results go there
+    paths.output_folder(plan.out, options.named(args, "out", "--out"))  # and its line
+    for label, (price, when) in history.prices(plan.out).items():  # as the run priced it
+        for m in plan.models:
+            if m.label == label and not m.priced and m.price != price:
+                m.price = price
+                say(f"{label}: priced as its dxi run of {when} recorded it ({plan.out})")
+    stats: dict = {}
+
+    def record(code: int) -> None:
+        """Its line, when it collected or stored something (a poll that found nothing ended
+        writes none)."""
+        if not any(s.collected or s.attempts for s in stats.values()):
+            return
+        line = history.line_of(
+            selection_of(plan), started, code, Counts(requests_block(stats)), history.COLLECT
+        )
+        line["collected"] = sorted(set().union(*(s.collected_entries for s in stats.values())))
+        history.append(plan.out, line)
+
+    try:
+        open_batches.collect(plan, wait=args.wait, poll_s=args.poll, say=say, stats=stats)
+    except KeyboardInterrupt:
+        record(signals.exit_code())
+        raise
+    except CacheWriteError as exc:
+        record(EXIT_CACHE_WRITE)
+        options.make_console(stderr=True).print(
+            f"[red]Stopped: {escape(str(exc))}.[/] Every result stored before it is in "
+            f"{escape(str(plan.cache_dir))}; make room (or fix the directory) and collect again."
+        )
+        return EXIT_CACHE_WRITE
+    record(0)
+    for label, s in stats.items():
+        console.print(
+            escape(
+                f"{label}: {s.ok + s.invalid + s.failed:,} result(s) stored, {s.given_back:,} given "
+                f"back (sent again by the next run), {len(s.running)} batch(es) still open"
+            ),
+            highlight=False,
+        )
+    return 0
 
 
 def _list(args: argparse.Namespace, console: Console, shown: list[Entry]) -> int:

@@ -41,6 +41,7 @@ def score(
     tolerance: Tolerance | None = None,
     entries: dict[str, dict] | None = None,
     parts: dict[str, dict[str, tuple[str, ...]]] | None = None,
+    in_open_batches: dict[str, dict] | None = None,
 ) -> Summary:
     """Score ``models`` (``scoring.MODELS_SCHEMA`` rows, plus an optional ``epochs`` column: a
     model's own number of epochs, else ``epochs``) from the cache over the suite's tasks, write
@@ -57,7 +58,10 @@ def score(
     fields (an adaptive run's ``adaptive`` blocks, ``runner.adaptive``); ``parts`` (label ->
     evaluation -> task ids: ``Rounds.parts``) scores each model of an adaptive run over the part it
     was asked (``scoring.adaptive.asked_part``; the cache alone: the parts its record in the cache
-    folder gives, ``runner.outputs.adaptive.recorded``).
+    folder gives, ``runner.outputs.adaptive.recorded``); ``in_open_batches`` (label -> {requests,
+    answers}: ``runner.open_batches.waiting``; or {batches}: ``accepted_by_label``) is added to a
+    cache-only scoring's ``requests`` blocks, what open batches hold of the answers missing
+    (``scoring.provisional``'s note: collected, not asked for again).
 
     A shard damaged where start-up does not look (outside the index columns) fails here: it is moved
     to the cache's quarantine/ (``Cache.read``) and scoring goes on without it; its answers count as
@@ -75,6 +79,7 @@ def score(
         tolerance=tolerance,
         entries=entries,
         parts=parts,
+        in_open_batches=in_open_batches,
     )[0]
 
 
@@ -93,6 +98,7 @@ def score_all(
     entries: dict[str, dict] | None = None,
     parts: dict[str, dict[str, tuple[str, ...]]] | None = None,
     report: Callable[[Summary, Scored, Path], object] | None = None,
+    in_open_batches: dict[str, dict] | None = None,
 ) -> ScoredRun:
     """``score``, also returning the tables (``scoring.Scored``; with ``breakdowns`` the per-group
     ones that only the report shows). ``out`` None writes nothing (``dxi export`` writes its own
@@ -113,6 +119,7 @@ def score_all(
         tolerance=tolerance,
         entries=entries,
         parts=parts,
+        in_open_batches=in_open_batches,
     )
     if out is None:
         return ScoredRun(summary, scored)
@@ -142,6 +149,7 @@ def summarize(
     tolerance: Tolerance | None = None,
     entries: dict[str, dict] | None = None,
     parts: dict[str, dict[str, tuple[str, ...]]] | None = None,
+    in_open_batches: dict[str, dict] | None = None,
 ) -> ScoredRun:
     """``score_all`` without writing anything: the summary (as summary.json holds it) and the tables
     (``dxi view`` shows them; the cache is only read).
@@ -251,6 +259,8 @@ def summarize(
     for entry in summary.models:  # the fields the run sets (an adaptive run's ``adaptive``)
         for name, value in (entries or {}).get(entry.model, {}).items():
             setattr(entry, name, value)
+        if held := (in_open_batches or {}).get(entry.model):  # (the cache alone: ``score``)
+            entry.requests = entry.requests | {"in_open_batches": held}
     # the cache alone: an adaptive run's part-asked models marked (its record)
     if record is not None:
         summary = attach(summary, record, cut)

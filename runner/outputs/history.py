@@ -1,6 +1,7 @@
 """The runs' record in the output folder: ``OUT/run-history.jsonl``, one JSON line per ``dxi run``
-that wrote there, appended when the run ends and never rewritten (``dxi score``, ``report``,
-``export`` and ``view`` only read it). summary.json is the scored figures, rewritten from the cache
+that wrote there, and per ``dxi batches collect`` that collected something there (``COLLECT``),
+appended when the command ends and never rewritten (``dxi score``, ``report``, ``export`` and
+``view`` only read it). summary.json is the scored figures, rewritten from the cache
 by each ``dxi score`` and ``report``: what a run sent, spent and where it stopped (its ``requests``
 blocks, ``cost_bound``, ``stopped_providers``) is kept here. A line::
 
@@ -27,6 +28,14 @@ be written (the replies paid for but not stored counted ``unstored``); one stopp
 has ``cost_bound`` and ``requests`` null. A run killed with
 SIGKILL (or one that crashed) writes no line. The line is one ``write(2)`` to the file opened
 ``O_APPEND`` (``cache.lines``); a folder that cannot take it costs a warning, not the run.
+
+A line ``dxi batches collect`` writes has the same keys, and ``command`` (``COLLECT``; a run's line
+has none) and ``collected`` (the ledger entries it collected): its ``requests`` blocks count what
+it stored and what that cost (each model's ``batches.from_earlier_entries``: the entries whose
+answers it stored, which the submitting run's line lists under ``batches.open`` when it stopped
+with them open), ``cost_bound`` null. So every answer a batch produced is costed in the line of the
+command that stored it, and the sum of ``requests.*.cost_usd`` over the lines is what was spent.
+It is no run: ``runs`` leaves it out (the last run's selection, the notes of ``dxi score``).
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from ..errors import (
 )
 
 RUNS_FILE = "run-history.jsonl"
+COLLECT = "batches collect"  # the ``command`` of a line ``dxi batches collect`` wrote
 
 # exit code -> the line's ``outcome``, and what the notes of ``dxi score`` say of the last run
 OUTCOMES = {
@@ -71,14 +81,17 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def line_of(selection: dict, started: str, exit_code: int, result=None) -> dict:
+def line_of(
+    selection: dict, started: str, exit_code: int, result=None, command: str | None = None
+) -> dict:
     """The line of a run that selected ``selection`` (``runner.planning.selection.selection_of``),
     started at ``started`` (``now()``) and ends now with ``exit_code``; ``result`` is
     ``runner.session.run``'s ``RunResult``, or the ``runner.counts.Counts`` of a run a signal
     stopped (``runner.signals.Interrupted.counts``: cut short, what was counted by then): either
     has the ``cost_bound``, ``stopped`` (providers) and ``requests`` blocks; None: stopped before
-    its counts were known."""
-    return {
+    its counts were known. ``command``: the command that wrote it when it is not ``dxi run``
+    (``COLLECT``), its line's first key."""
+    return ({"command": command} if command is not None else {}) | {
         "started": started,
         "ended": now(),
         "exit_code": exit_code,
@@ -118,16 +131,33 @@ def read(out: Path) -> list[dict]:
     return lines
 
 
+def is_run(line: dict) -> bool:
+    """Whether ``line`` is a ``dxi run``'s (it names no other ``command``)."""
+    return line.get("command") is None
+
+
+def runs(out: Path) -> list[dict]:
+    """The lines of ``out``'s run-history.jsonl that ``dxi run`` wrote, oldest first (``read``)."""
+    return [line for line in read(out) if is_run(line)]
+
+
 def note(out: Path) -> str | None:
     """The line ``dxi score`` and ``report`` print when ``out`` holds runs' lines: where they are,
-    how many, and how the last ended; None when it holds none."""
+    how many (and how many ``dxi batches collect`` wrote), and how the last run ended; None when
+    it holds none."""
     path = Path(out) / RUNS_FILE
     lines = read(out)
+    ran = [line for line in lines if is_run(line)]
     if not lines:
         return None
-    last = lines[-1].get("exit_code")
+    collects = f"{len(lines) - len(ran)} dxi batches collect" if len(lines) > len(ran) else ""
+    if not ran:
+        return f"what each run sent and spent: {path} ({collects})"
+    last = ran[-1].get("exit_code")
     how = OUTCOMES[last][1] if last in OUTCOMES else f"exited {last}"
-    count = f"{len(lines)} run{'s' if len(lines) != 1 else ''}"
+    count = f"{len(ran)} run{'s' if len(ran) != 1 else ''}"
+    if collects:
+        return f"what each run sent and spent: {path} ({count} and {collects}; the last run {how})"
     return f"what each run sent and spent: {path} ({count}; the last {how})"
 
 

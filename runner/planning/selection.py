@@ -265,7 +265,7 @@ def last_run(out: Path, mine: dict[str, list[RunRecord]], cache_dir: Path) -> La
     one selection recorded of these models (``mine``: label -> their records), and every one of
     them ran in it (runs.jsonl keeps one line per distinct selection, so of several the latest
     cannot be told); else None."""
-    lines = [line for line in history.read(out) if isinstance(line.get("selection"), dict)]
+    lines = [line for line in history.runs(out) if isinstance(line.get("selection"), dict)]
     if lines:
         ran = lines[-1]["selection"]
         sample = ran.get("sample") if isinstance(ran.get("sample"), dict) else {}

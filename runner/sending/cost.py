@@ -113,6 +113,14 @@ reservation that bounds nothing (``Settled.bounded`` False)."""
 
 
 MAX_COUNT = 2**63 - 1  # the cache's token columns are 64-bit integers
+MAX_REPLY_OUTPUT = 1_048_576
+"""The most output tokens one reply is believed to hold when nothing in its request caps them
+(``incredible``): 1,048,576, the largest context window the providers document for their models
+(Gemini 2.5 Pro, GPT-4.1: 1,048,576 tokens), which holds a reply's input and output together, so no
+reply of theirs can carry more output; 8 times the largest documented maximum output of a reply
+(128,000: OpenAI's GPT-5 models, and every current Claude model, ``adapters.budgets``; Gemini's is
+65,536), so a model that doubles it twice is still believed. Past it a count is a broken or hostile
+server's, as past a request's own cap."""
 _INPUTS = ("input_tokens", "cached_input_tokens", "cache_write_tokens", "cache_write_1h_tokens")
 log = logging.getLogger("dxi.cost")
 
@@ -121,8 +129,9 @@ def incredible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> 
     """Why ``reply``'s usage cannot be what ``request`` cost, or None when it can: an input count
     (input, cached, cache writes) past ``input_bound`` of the request (its body's bytes plus what
     the provider adds unseen: a token is at least a byte), or output tokens past the request's own
-    cap (``Adapter.output_tokens_bound``, which the provider enforces), or any count past a 64-bit
-    integer (the cache's columns)."""
+    cap (``Adapter.output_tokens_bound``, which the provider enforces) or, where nothing caps them,
+    past ``MAX_REPLY_OUTPUT`` (more than any provider's model can write in one reply), or any count
+    past a 64-bit integer (the cache's columns)."""
     limit = input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS)
     for name in _INPUTS:
         count = getattr(reply, name)
@@ -133,6 +142,11 @@ def incredible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> 
     out, cap = reply.output_tokens, adapter.output_tokens_bound(task)
     if out is not None and cap is not None and out > cap:
         return f"output_tokens {out} > {cap}, the request's own cap"
+    if out is not None and cap is None and out > MAX_REPLY_OUTPUT:
+        return (
+            f"output_tokens {out} > {MAX_REPLY_OUTPUT:,}, more than any provider's model writes in "
+            "one reply (nothing caps this request's output)"
+        )
     if out is not None and out > MAX_COUNT:
         return f"output_tokens {out} > {MAX_COUNT}"
     return None

@@ -23,7 +23,7 @@ behaviour from ``script`` (then ``default``):
   the usage chunk), as a server that reports none;
 * ``"usage:N"`` (Chat Completions, not streamed): the ok reply whose ``usage`` states N (JSON:
   ``1000000000000``, ``-5``, ``1.5``, ``"12"``, ``null``) input and output tokens, as a broken or
-  hostile server might;
+  hostile server might (``"usage:[IN,OUT]"``: IN input and OUT output tokens);
 * ``"echobig:N"``: 200 (``text/event-stream`` when streamed, else JSON): N bytes of ``x``, the key
   the request carried, then 5 MiB of ``y`` (a reply too large, with the key across where it is cut);
 * ``"bomb:N"``: 200, ``text/event-stream`` in ``Content-Encoding: gzip``, N MiB of blank lines
@@ -161,7 +161,8 @@ class FakeLLM:
         if kind == "usage" and fmt == "openai":
             reply = openai_chat(payload, "ok")
             count = orjson.loads(arg)
-            reply["usage"] = {"prompt_tokens": count, "completion_tokens": count}
+            given = count if isinstance(count, list) and len(count) == 2 else [count, count]
+            reply["usage"] = {"prompt_tokens": given[0], "completion_tokens": given[1]}
             return web.Response(body=orjson.dumps(reply), content_type="application/json")
         if kind == "echobig":
             sent = request.headers.get("x-api-key") or request.headers.get("Authorization", "")
