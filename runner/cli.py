@@ -119,12 +119,12 @@ class _Parser(argparse.ArgumentParser):
 
     def _unrecognized(self, extras: list[str]) -> str:
         """What ``extras``, the words left over, are: a flag of another command, named with the
-        commands that take it (argparse would give the value after it to RUN_FILE:
-        ``commands.misplaced``), else the words and the flag closest to a mistyped one."""
-        said, rest = misplaced(self, getattr(self, "_argv", []), parser)
+        commands that take it (``commands.misplaced``, which also tells a flag given for a
+        positional TARGET), else the words and the flag closest to a mistyped one."""
+        said, rest, target = misplaced(self, getattr(self, "_argv", []), parser)
         rest = rest if said else extras
         said += [f"unrecognized arguments: {' '.join(rest)}{self._hint(rest)}"] if rest else []
-        return "; ".join(said)
+        return "; ".join(said + target)
 
     def _hint(self, extras: list[str]) -> str:
         flag = next((e.split("=", 1)[0] for e in extras if e.startswith("-")), None)

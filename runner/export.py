@@ -130,9 +130,10 @@ class ExportError(ValueError):
 
 @dataclass(frozen=True)
 class Missing:
-    """The answers of an export missing from the cache (never sent, or not sent yet): ``total``,
-    ``counts`` per (model label, evaluation) and ``reason``, the summary's reason for the first of
-    them (it names the selection the model's runs made: ``scoring.summary``)."""
+    """The answers of an export missing from the cache (never sent, or sent by a run stopped before
+    storing the reply): ``total``, ``counts`` per (model label, evaluation) and ``reason``, the
+    summary's reason for the first of them (it names the selection the model's runs made:
+    ``scoring.summary``)."""
 
     total: int
     counts: dict[tuple[str, str], int]

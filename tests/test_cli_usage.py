@@ -119,6 +119,48 @@ def test_a_flag_is_taken_only_whole_never_abbreviated(argv, line, capsys):
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
+        (  # the trial's: argparse took x.csv for TARGET and named --output alone
+            ["export", "--format", "csv", "--output", "x.csv"],
+            "dxi export: error: unrecognized arguments: --output; TARGET is positional (no flag): "
+            "dxi export [RUN_FILE] [options] --format csv x.csv",
+        ),
+        (  # a run file first: argparse took it for TARGET, a.parquet is left over
+            ["export", "examples/run.toml", "--format", "parquet", "-o", "a.parquet"],
+            "dxi export: error: unrecognized arguments: -o a.parquet; TARGET is positional (no "
+            "flag): dxi export [RUN_FILE] [options] --format parquet a.parquet",
+        ),
+        (
+            ["export", "--format", "jsonl", "--output=a.jsonl"],
+            "dxi export: error: the following arguments are required: TARGET; unrecognized "
+            "arguments: --output=a.jsonl; TARGET is positional (no flag): dxi export [RUN_FILE] "
+            "[options] --format jsonl a.jsonl",
+        ),
+        (  # dxi score's flag: named as such, and the hint
+            ["export", "--out", "eee", "--format", "eee"],
+            "dxi export: error: --out is not an option of dxi export (dxi run, dxi estimate, dxi "
+            "score and dxi report take it); TARGET is positional (no flag): dxi export "
+            "[RUN_FILE] [options] --format eee eee",
+        ),
+        (
+            ["export", "--output"],
+            "dxi export: error: the following arguments are required: --format, TARGET; "
+            "unrecognized arguments: --output; TARGET is positional (no flag): dxi export "
+            "[RUN_FILE] [options] --format FORMAT TARGET",
+        ),
+    ],
+    ids=["output", "o", "output=", "out", "nothing-else"],
+)
+def test_exports_target_given_by_a_flag_is_said_to_be_positional(argv, line, capsys):
+    """`dxi export --format csv --output x.csv` said only `unrecognized arguments: --output x.csv`
+    (or `--output`): nothing told that TARGET is positional. The hint gives the command with the
+    flag's value as TARGET and the --format given."""
+    assert main(argv) == 2
+    assert capsys.readouterr() == ("", f"{line}\nrun 'dxi export --help' for the options\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
         (
             ["batches", "collect", "--max-cost", "5"],
             "dxi batches collect: error: --max-cost is not an option of dxi batches collect (dxi "
@@ -498,7 +540,7 @@ def test_help_runs_in_a_process_of_its_own():
     assert out.startswith("usage: dxi run ")
 
 
-def test_estimate_tells_requests_not_sent_yet_from_a_new_evaluation(
+def test_estimate_tells_requests_not_in_the_cache_from_a_new_evaluation(
     data_dir: Path, tmp_path: Path, capsys
 ):
     where = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c")]
@@ -516,9 +558,13 @@ def test_estimate_tells_requests_not_sent_yet_from_a_new_evaluation(
     capsys.readouterr()
     assert main(["estimate", "--model", "embedded", *where, "--json"]) == 0
     (m,) = orjson.loads(capsys.readouterr().out)["models"]
-    # HLE and When2Call were started (a run that stopped, or a smaller --limit); the other two never
-    # were
-    assert m["reasons"] == {"new evaluation": 4 + 3, "not sent yet": 1 + 2}
+    # HLE and When2Call were started (a run that stopped, or a smaller --limit, or one killed with
+    # requests on the wire: the cache cannot tell, so it never says "not sent yet"); the other two
+    # never were
+    never_or_lost = (
+        "not in the cache (never sent, or sent by a run stopped before storing its reply)"
+    )
+    assert m["reasons"] == {"new evaluation": 4 + 3, never_or_lost: 1 + 2}
     assert (m["requests"], m["cached"], m["new"]) == (12, 2, 10)
 
 

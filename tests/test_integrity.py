@@ -694,7 +694,7 @@ def test_tasks_are_frozen_records(
     assert renamed.digest == task.digest and renamed.id_digest != task.id_digest
 
 
-# ---- 10. what was set aside is told: never "interrupted" or "not sent yet" -----------------------
+# ---- 10. what was set aside is told: never "interrupted" or "not in the cache" -------------------
 def test_answers_of_a_shard_set_aside_are_told_as_such_with_exact_counts(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ):

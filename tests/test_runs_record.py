@@ -62,6 +62,15 @@ async def test_runs_jsonl_keeps_each_runs_spend_which_score_leaves_alone(
             "selection": {
                 "run_file": None,
                 "models": ["systemone:m1"],
+                "configs": [
+                    {
+                        "provider": "systemone",
+                        "model": "m1",
+                        "endpoint": f"{server.url}/v1/systemone",
+                        "params": "{}",
+                    }
+                ],
+                "cache_dir": str((tmp_path / "cache").resolve()),  # what a rescoring compares
                 "evals": ["when2call"],
                 "max_cost_usd": 1.5,
                 "prices": {"systemone:m1": [1000.0, 2000.0]},  # what dxi score prices it at
@@ -188,6 +197,15 @@ def test_a_run_stopped_before_scoring_has_a_line_without_counts(tmp_path: Path):
         "selection": {
             "run_file": None,
             "models": ["systemone:m"],
+            "configs": [
+                {
+                    "provider": "systemone",
+                    "model": "m",
+                    "endpoint": "http://127.0.0.1:9/v1/systemone",
+                    "params": "{}",
+                }
+            ],
+            "cache_dir": str(Path(".dxi-cache").resolve()),  # the default, from the current folder
             "evals": ["when2call"],
             "sample": {"tasks": 3, "seed": 7},
             "max_cost_usd": 2.0,

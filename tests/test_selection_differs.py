@@ -53,6 +53,15 @@ def test_a_rescoring_with_another_wildguardtest_subset_says_so(
     assert line["selection"] == {
         "run_file": str(file),
         "models": ["nano"],
+        "configs": [
+            {
+                "provider": "embedded",
+                "model": "sparrow-nano-general-v1.1",
+                "endpoint": "/v1/systemone",
+                "params": "{}",
+            }
+        ],
+        "cache_dir": str((tmp_path / "cache").resolve()),
         "evals": ALL.split(","),
         "wildguard_subset": "all",
         "max_cost_usd": None,
@@ -186,7 +195,8 @@ def test_without_run_history_the_caches_one_record_of_these_models_is_compared(
     assert main(["score", "--model", MODEL, "--limit", "1", *new]) == 0
     assert capsys.readouterr().err == (
         f"warning: the one dxi run of these models recorded in this cache ({records}; the output "
-        "folder records none) asked --limit 2; this scoring uses --limit 1 (given on the command "
+        "folder records none with this cache and these models) asked --limit 2; this scoring "
+        "uses --limit 1 (given on the command "
         "line): give --limit 2 instead to score what it asked\n"
     )
     assert summary(tmp_path, "new")["provenance"]["selection_differs"] == {
@@ -227,3 +237,59 @@ def test_model_flags_score_the_runs_wildguardtest_subset(
             "--all-tasks to score others"
         ) in " ".join(said.out.split()), models
         assert summary(tmp_path, "out")["data"]["wildguardtest"]["tasks"] == 5, models
+
+
+@pytest.mark.slow
+def test_a_run_on_another_cache_or_of_other_models_is_not_compared(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
+    """The trial's case: `make run` (every task, its own cache) wrote out/run-history.jsonl, then
+    `dxi score`, `report`, `export` (and `view`, the same code) of a sample of another cache into
+    that folder warned that the last run asked --all-tasks and told to give it (every task scored
+    against a cache of a few answers). Only a line about this cache (where it records it) and one
+    of these models is compared; of several, the last such, named as such."""
+    assert main(["run", "--model", MODEL, *where(data_dir, tmp_path, "out")]) == 0
+    ended = last_line(tmp_path / "out")["ended"]
+    other = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "c5"), "-q"]
+    assert (
+        main(["run", "--model", MODEL, "--limit", "1", *other, "--out", str(tmp_path / "x")]) == 0
+    )
+    assert (
+        main(["run", "--model", ROBOT, "--limit", "1", *other, "--out", str(tmp_path / "y")]) == 0
+    )
+    capsys.readouterr()
+    into = [*other, "--out", str(tmp_path / "out")]
+    monkeypatch.chdir(tmp_path)  # dxi export (no --out) compares with ./out, as dxi view does
+    for command in (["score", *into], ["report", *into], ["export", *other, "--format", "csv"]):
+        target = ["a.csv"] if command[0] == "export" else []
+        for model in (MODEL, ROBOT):  # the same model on another cache; another model
+            given = ["--model", model, "--limit", "1", *target]
+            assert main([*command, *given]) == 0, (command, model)
+            assert capsys.readouterr().err == "", (command, model)
+    # a line of an older dxi (no cache recorded): compared only where it names a model scored
+    history = tmp_path / "out" / "run-history.jsonl"
+    line = last_line(tmp_path / "out")
+    old = line | {
+        "selection": {
+            k: v for k, v in line["selection"].items() if k not in ("cache_dir", "configs")
+        }
+    }
+    history.write_bytes(orjson.dumps(old) + b"\n")
+    assert main(["score", "--model", ROBOT, "--limit", "1", *into]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(["score", "--model", MODEL, "--limit", "1", *into]) == 0
+    assert capsys.readouterr().err == (
+        f"warning: the last dxi run here ({history}, ended {ended}) asked --all-tasks; this "
+        "scoring uses --limit 1 (given on the command line): give --all-tasks instead to score "
+        "what it asked\n"
+    )
+    # a later run of another cache into the folder: the last run of this cache is compared
+    history.write_bytes(orjson.dumps(line) + b"\n")
+    assert main(["run", "--model", ROBOT, "--limit", "1", *into]) == 0
+    capsys.readouterr()
+    assert main(["score", "--model", MODEL, "--limit", "2", *where(data_dir, tmp_path, "out")]) == 0
+    assert capsys.readouterr().err == (
+        f"warning: the last dxi run here with this cache and these models ({history}, ended "
+        f"{ended}) asked --all-tasks; this scoring uses --limit 2 (given on the command line): "
+        "give --all-tasks instead to score what it asked\n"
+    )

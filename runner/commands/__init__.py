@@ -143,10 +143,11 @@ def misplaced(
     command: argparse.ArgumentParser,
     argv: list[str],
     root: Callable[[], argparse.ArgumentParser],
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[str], list[str], list[str]]:
     """The flags of ``argv`` (a command's words) that ``command`` does not take: the clauses naming
     those another command takes (``--max-cost is not an option of dxi batches collect (dxi run and
-    dxi estimate take it)``), flags the same commands take in one, and the flags no command takes.
+    dxi estimate take it)``), flags the same commands take in one, the flags no command takes, and
+    the clause telling that TARGET is positional where one was given for it (``positional_target``).
     ``root`` builds the parser of every command (``runner.cli.parser``), called only when a flag is
     not ``command``'s."""
     flags = [o for a in command._actions for o in a.option_strings]
@@ -172,7 +173,30 @@ def misplaced(
         f"{'it' if len(named) == 1 else 'them'})"
         for takers, named in by_takers.items()
     ]
-    return said, rest
+    return said, rest, positional_target(command, argv) if stray else []
+
+
+# the flags a user gives for a positional TARGET (``dxi export``'s), told it is positional
+TARGET_FLAGS = ("--output", "-o", "--out", "--target")
+
+
+def positional_target(command: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """For a command whose TARGET is positional (``dxi export``) given it by a flag of ``argv``
+    (``--output x.csv``, ``-o``, ``--out``, ``--target``; the command takes none of them): that
+    TARGET is positional, with the command to give (its ``--format`` and the flag's value)."""
+    if not any(a.dest == "target" and not a.option_strings for a in command._actions):
+        return []
+    for i, word in enumerate(argv):
+        flag, eq, value = word.partition("=")
+        if flag in TARGET_FLAGS:
+            after = argv[i + 1] if i + 1 < len(argv) else "-"
+            value = value if eq else after if not after.startswith("-") else "TARGET"
+            given = [argv[j + 1] for j, w in enumerate(argv[:-1]) if w == "--format"]
+            fmt = f" --format {given[-1] if given else 'FORMAT'}" * _takes(command, "--format")
+            return [
+                f"TARGET is positional (no flag): {command.prog} [RUN_FILE] [options]{fmt} {value}"
+            ]
+    return []
 
 
 def _leaves(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:

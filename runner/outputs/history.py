@@ -11,23 +11,24 @@ blocks, ``cost_bound``, ``stopped_providers``) is kept here. A line::
      "cost_bound": {"max_cost_usd": 25.0, "spent_usd": 24.98, "stopped": true, ...},
      "stopped_providers": [], "requests": {"gpt": {"sent": 310, "cache_hits": 0, ...}}}
 
-``selection``: the run file (or null), the models' names, the evaluations, the tasks (``limit``, or
-``sample`` {tasks, seed}, as summary.json's data block writes them; neither: every task), the
-WildGuardTest subset (``wildguard_subset``, where the run reads WildGuardTest), the bound,
-``prices`` (model name -> the price the run used, a ``scoring.cost`` tuple, or null: ``prices``
-below), and ``until`` (an adaptive run) and ``shard`` where given. ``cost_bound`` (null without a
-bound), ``stopped_providers`` and ``requests`` (model name -> its block) are summary.json's as the
-run wrote them (``runner.session``). A run stopped by Ctrl-C or SIGTERM, once the requests in flight
-are stored, has the counts too, as its summary.json of what arrived does (``runner.counts``: each
-model's rest counted ``not_sent``; ``cost_bound`` without what remains); one whose stop was cut
-short (a second signal, the grace period over) has what was counted by then: the requests it left
-on the wire counted sent and ``abandoned``, charged their reservations (the bound held them), and a
-model whose rest was not counted whole says which counts are ``incomplete``. One stopped while
-scoring has its counts (the sending was over), and so does one stopped by a cache that could not
-be written (the replies paid for but not stored counted ``unstored``); one stopped while planning
-has ``cost_bound`` and ``requests`` null. A run killed with
-SIGKILL (or one that crashed) writes no line. The line is one ``write(2)`` to the file opened
-``O_APPEND`` (``cache.lines``); a folder that cannot take it costs a warning, not the run.
+``selection``: the run file (or null), the models' names and their ``configs`` (the cache's
+provider, model, endpoint and params), the ``cache_dir`` (absolute), the evaluations, the tasks
+(``limit``, or ``sample`` {tasks, seed}, as summary.json's data block writes them; neither: every
+task), the WildGuardTest subset (``wildguard_subset``, where the run reads WildGuardTest), the
+bound, ``prices`` (model name -> the price the run used, a ``scoring.cost`` tuple, or null:
+``prices`` below), and ``until`` (an adaptive run) and ``shard`` where given. ``cost_bound`` (null
+without a bound), ``stopped_providers`` and ``requests`` (model name -> its block) are
+summary.json's as the run wrote them (``runner.session``). A run stopped by Ctrl-C or SIGTERM, once
+the requests in flight are stored, has the counts too, as its summary.json of what arrived does
+(``runner.counts``: each model's rest counted ``not_sent``; ``cost_bound`` without what remains);
+one whose stop was cut short (a second signal, the grace period over) has what was counted by then:
+the requests it left on the wire counted sent and ``abandoned``, charged their reservations (the
+bound held them), and a model whose rest was not counted whole says which counts are ``incomplete``.
+One stopped while scoring has its counts (the sending was over), and so does one stopped by a cache
+that could not be written (the replies paid for but not stored counted ``unstored``); one stopped
+while planning has ``cost_bound`` and ``requests`` null. A run killed with SIGKILL (or one that
+crashed) writes no line. The line is one ``write(2)`` to the file opened ``O_APPEND``
+(``cache.lines``); a folder that cannot take it costs a warning, not the run.
 
 A line ``dxi batches collect`` writes has the same keys, and ``command`` (``COLLECT``; a run's line
 has none) and ``collected`` (the ledger entries it collected): its ``requests`` blocks count what
@@ -47,6 +48,7 @@ from pathlib import Path
 import orjson
 
 from dxi.cache.lines import append_line
+from dxi.cache.runs import MODEL_FIELDS
 
 from ..errors import (
     EXIT_CACHE_WRITE,
@@ -139,6 +141,23 @@ def is_run(line: dict) -> bool:
 def runs(out: Path) -> list[dict]:
     """The lines of ``out``'s run-history.jsonl that ``dxi run`` wrote, oldest first (``read``)."""
     return [line for line in read(out) if is_run(line)]
+
+
+def about(selection: dict, cache_dir: Path, configs: dict[str, tuple[str, ...]]) -> bool:
+    """Whether a run's line (its ``selection``) is about the cache in ``cache_dir`` and one of the
+    models scored (``configs``: name -> configuration, the cache's ``MODEL_FIELDS``): the same
+    cache folder where the line records it (``cache_dir``; an older dxi's lines have none), and a
+    model in common, by configuration where the line records them (``configs``), else by name. A
+    line about another cache or other models says nothing of what this scoring should take."""
+    cache = selection.get("cache_dir")
+    if isinstance(cache, str) and Path(cache).resolve() != Path(cache_dir).resolve():
+        return False
+    theirs = selection.get("configs")
+    if isinstance(theirs, list):
+        ran = {tuple(c.get(f) for f in MODEL_FIELDS) for c in theirs if isinstance(c, dict)}
+        return any(config in ran for config in configs.values())
+    names = selection.get("models")
+    return isinstance(names, list) and any(name in names for name in configs)
 
 
 def note(out: Path) -> str | None:

@@ -12,9 +12,10 @@ cache found damaged and set aside in ``quarantine/``: ``Cache.set_aside``), ``ne
 this adapter and model), ``new parameters`` (none with these sampling parameters),
 ``new prompt version``, ``new epoch`` (the task is cached under another epoch only),
 ``changed task`` (the task id is cached with other content), ``other endpoint`` (the same task and
-epoch is cached under another URL or request bytes), ``not sent yet`` (this model, with these
+epoch is cached under another URL or request bytes), ``NOT_IN_CACHE`` (this model, with these
 parameters, has answers of the evaluation in the cache but not this task: a run stopped before it,
-Ctrl-C or the cost bound, or ran a smaller ``--limit`` / ``--sample``), ``new evaluation`` (the
+Ctrl-C or the cost bound, or ran a smaller ``--limit`` / ``--sample``; or a run sent it and was
+killed, or crashed, before it stored the reply: the cache cannot tell), ``new evaluation`` (the
 rest: the model has no answer of the evaluation yet).
 
 A request not cached that an open batch holds (submitted by an earlier ``dxi run --batch`` that was
@@ -80,6 +81,10 @@ async def unreachable(models: Sequence[ModelRun]) -> dict[str, ProviderStop]:
     return {m.adapter.label: w for m, w in zip(models, found, strict=True) if w is not None}
 
 
+# this model has answers of the evaluation in the cache, not this task's: the cache cannot tell a
+# request never sent from one a run sent and was stopped (a kill -9, a crash) before it stored the
+# reply (perhaps billed): said as both (it said "not sent yet", untrue of the second)
+NOT_IN_CACHE = "not in the cache (never sent, or sent by a run stopped before storing its reply)"
 REASONS = (
     "batch not confirmed",
     "failed before",
@@ -92,7 +97,7 @@ REASONS = (
     "new epoch",
     "changed task",
     "other endpoint",
-    "not sent yet",
+    NOT_IN_CACHE,
     "new evaluation",
 )
 BATCH = 256
@@ -254,7 +259,7 @@ def _classify(new: pl.DataFrame, history: pl.DataFrame) -> pl.Series:
         .when(pl.col("m6").is_not_null())
         .then(pl.lit("changed task"))
         .when(pl.col("m7").is_not_null())
-        .then(pl.lit("not sent yet"))
+        .then(pl.lit(NOT_IN_CACHE))
         .otherwise(pl.lit("new evaluation"))
     )
     return frame.sort("i").select(reason.alias("reason")).to_series()

@@ -28,8 +28,9 @@ score with ``--sample 20``.
 
 Whatever chose the tasks scored (flags, a run file's ``limit`` or ``sample``, the runs' records),
 they are compared with those the last ``dxi run`` into the output folder asked (``last_run``: its
-line in OUT/run-history.jsonl, ``runner.outputs.history``; without one, the cache's record when it
-holds a single selection of these models, run by every one of them; else nothing is compared): the
+line in OUT/run-history.jsonl, ``runner.outputs.history``, the last one about this cache and one of
+these models; without one, the cache's record when it holds a single selection of these models, run
+by every one of them; else nothing is compared): the
 evaluations, the tasks each evaluation's selection takes (``same_tasks``: ``--limit 1000`` and
 ``--all-tasks`` are the same tasks of evaluations of at most 1000) and the WildGuardTest subset
 (where the run's line records it). Where they differ, ``against_last_run`` says how (``Differs``:
@@ -190,7 +191,8 @@ def given(inputs: PlanInputs, plan: Plan | None) -> bool:
 
 def selection_of(plan: Plan, shard: Shard | None = None) -> dict:
     """What ``plan`` selects, as a run's line in OUT/run-history.jsonl writes it
-    (``runner.outputs.history``): the run file (None for ``--model``), the models' names, the
+    (``runner.outputs.history``): the run file (None for ``--model``), the models' names and
+    configurations, the cache folder (``history.about``: what a rescoring compares), the
     evaluations, the tasks (``limit``, or ``sample`` {tasks, seed}; neither: every task), the
     WildGuardTest subset (``wildguard_subset``) where the run reads WildGuardTest, the cost bound
     (USD; None without one), ``prices`` (each model's price tuple, ``scoring.cost``: USD per million
@@ -200,6 +202,8 @@ def selection_of(plan: Plan, shard: Shard | None = None) -> dict:
     selection = {
         "run_file": None if plan.source is None else str(plan.source),
         "models": [m.label for m in plan.models],
+        "configs": [dict(zip(runs.MODEL_FIELDS, key, strict=True)) for key in record.models],
+        "cache_dir": str(Path(plan.cache_dir).resolve()),
         "evals": list(record.evals),
         **Pick.of(record).as_dict(),
     }
@@ -248,7 +252,8 @@ class LastRun:
     """What the last ``dxi run`` asked (``last_run``): its ``evals``, its ``pick`` of each, its
     WildGuardTest ``subset`` (None: its line does not say, written before the line had it),
     ``ended`` (None for the cache's record, which has no end time) and ``source``, the file it was
-    read from (OUT/run-history.jsonl, or the cache's runs.jsonl: ``recorded``)."""
+    read from (OUT/run-history.jsonl, or the cache's runs.jsonl: ``recorded``); ``latest``: no
+    later line of OUT/run-history.jsonl (about another cache or other models) follows it."""
 
     evals: tuple[str, ...]
     pick: Pick
@@ -256,26 +261,33 @@ class LastRun:
     ended: str | None
     source: Path
     recorded: bool = False
+    latest: bool = True
 
 
-def last_run(out: Path, mine: dict[str, list[RunRecord]], cache_dir: Path) -> LastRun | None:
-    """The selection of the last ``dxi run`` into ``out``: the ``selection`` of the last line of
-    OUT/run-history.jsonl (``runner.outputs.history``). Without one (a folder from before the file
-    existed, a new ``--out``), the cache's record of runs (``cache.runs``) when it is unambiguous:
-    one selection recorded of these models (``mine``: label -> their records), and every one of
-    them ran in it (runs.jsonl keeps one line per distinct selection, so of several the latest
-    cannot be told); else None."""
+def last_run(
+    out: Path, mine: dict[str, list[RunRecord]], cache_dir: Path, configs: dict[str, tuple]
+) -> LastRun | None:
+    """The selection of the last ``dxi run`` into ``out`` of the models scored (``configs``: label
+    -> configuration) on the cache in ``cache_dir``: the ``selection`` of the last line of
+    OUT/run-history.jsonl (``runner.outputs.history``) about them (``history.about``: a run on
+    another cache, or of other models, says nothing of this scoring). Without one (a folder from
+    before the file existed, a new ``--out``, runs of other caches or models only), the cache's
+    record of runs (``cache.runs``) when it is unambiguous: one selection recorded of these models
+    (``mine``: label -> their records), and every one of them ran in it (runs.jsonl keeps one line
+    per distinct selection, so of several the latest cannot be told); else None."""
     lines = [line for line in history.runs(out) if isinstance(line.get("selection"), dict)]
-    if lines:
-        ran = lines[-1]["selection"]
+    ours = [line for line in lines if history.about(line["selection"], cache_dir, configs)]
+    if ours:
+        ran = ours[-1]["selection"]
         sample = ran.get("sample") if isinstance(ran.get("sample"), dict) else {}
         subset = ran.get("wildguard_subset")
         return LastRun(
             tuple(ran.get("evals") or ()),
             Pick(ran.get("limit"), sample.get("tasks"), sample.get("seed") or 0),
             subset if isinstance(subset, str) else None,
-            lines[-1].get("ended"),
+            ours[-1].get("ended"),
             Path(out) / history.RUNS_FILE,
+            latest=ours[-1] is lines[-1],
         )
     distinct = {replace(r, at=0.0) for rs in mine.values() for r in rs}
     if len(distinct) != 1 or not all(mine.values()):
@@ -307,15 +319,17 @@ class Differs:
     ended: str | None
     history: Path
     recorded: bool = False
+    latest: bool = True
 
     def line(self) -> str:
         """What ``dxi score``, ``report``, ``export`` and ``view`` print on standard error."""
         fix = f"give {self.asked} instead" if FLAGS in self.why else f"add {self.asked}"
+        ours = "" if self.latest else " with this cache and these models"
         where = (
             f"the one dxi run of these models recorded in this cache ({self.history}; the output "
-            "folder records none)"
+            "folder records none with this cache and these models)"
             if self.recorded
-            else f"the last dxi run here ({self.history}, ended {self.ended})"
+            else f"the last dxi run here{ours} ({self.history}, ended {self.ended})"
         )
         return (
             f"{where} asked {self.asked}; this scoring uses {self.scored} ({self.why}): {fix} to "
@@ -378,7 +392,7 @@ def against_last_run(
             why = subset_why
         elif subset_why != why:
             why = f"{why}; the subset {subset_why}"
-    return Differs(ours, why, theirs, last.ended, last.source, last.recorded)
+    return Differs(ours, why, theirs, last.ended, last.source, last.recorded, last.latest)
 
 
 def same_tasks(suite: Suite, name: str, *picks: tuple[Pick, ...]) -> bool:
@@ -430,6 +444,7 @@ def choose(
     over the last run's: the difference is said, never settled silently."""
     records, warnings = runs.read(cache_dir)
     notes = list(warnings)
+    configs = _configs(models)
     mine = _runs_of(models, records)
     relevant = [r for r in records if any(r in rs for rs in mine.values())]
     key: tuple = ()
@@ -451,19 +466,24 @@ def choose(
         if why == RECORDED
         else DEFAULT_SUBSET
     )
-    differs = against_last_run(suite, why, last_run(out, mine, cache_dir), subset_why)
+    last = last_run(out, mine, cache_dir, configs)
+    differs = against_last_run(suite, why, last, subset_why)
     return Chosen(suite, notes, key, differs)
 
 
 def _runs_of(models: pl.DataFrame, records: list[RunRecord]) -> dict[str, list[RunRecord]]:
     """Per model label of ``models``, the records of the current prompt version that ran it."""
-    configs = {
-        row["label"]: (row["provider"], row["model"], row["endpoint"], row["params"])
-        for row in models.iter_rows(named=True)
-    }
+    configs = _configs(models)
     return {
         label: [r for r in records if r.prompt_version == PROMPT_VERSION and config in r.models]
         for label, config in configs.items()
+    }
+
+
+def _configs(models: pl.DataFrame) -> dict[str, tuple[str, str, str, str]]:
+    """Per model label of ``models``, its configuration (the cache's ``runs.MODEL_FIELDS``)."""
+    return {
+        r["label"]: tuple(r[f] for f in runs.MODEL_FIELDS) for r in models.iter_rows(named=True)
     }
 
 

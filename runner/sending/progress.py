@@ -1,11 +1,14 @@
 """Progress a person can watch at 3 a.m.: per model, done/total, rate, time left, spend, retries,
 429s and invalid answers. On a terminal a rich bar per model; otherwise (logs) plain timestamped
-lines, at most one per model every ``interval_s`` seconds (also while no reply arrives: a provider
-that is down shows as a count that stands still) plus one when a model ends: it finishes ("done"),
-or the cost bound or a stop of its provider (or of it) leaves the rest of its requests not sent
-("stopped", with those counted ``not sent`` and ``refused``), e.g.::
+lines, at most one per model every ``interval_s`` seconds (``INTERVAL_S``, 10) from the start (also
+before the first reply and while none arrives: a model's requests count ``in flight`` from the
+moment a worker takes them up, so a provider that is down, or replies that take minutes, show as a
+count that stands still) plus one when a model ends: it finishes ("done"), or the cost bound or a
+stop of its provider (or of it) leaves the rest of its requests not sent ("stopped", with those
+counted ``not sent`` and ``refused``), e.g.::
 
-    03:12:09 gpt-6.1-terra: 1200/2193 55% 3.9 req/s ETA 4m15s $0.4210 retries 3 429s 1 invalid 2 failed 0 cached 400
+    03:08:19 gpt-6.1-terra: 0/2193 0% 0.0 req/s ETA - $0.0000 retries 0 429s 0 invalid 0 failed 0 cached 0 in flight 32
+    03:12:09 gpt-6.1-terra: 1200/2193 55% 3.9 req/s ETA 4m15s $0.4210 retries 3 429s 1 invalid 2 failed 0 cached 400 in flight 32
     03:12:41 gpt-6.1-terra: 1310/2193 60% 3.9 req/s stopped $0.4597 retries 3 429s 1 invalid 2 failed 0 cached 400 not sent 883
 
 A model in batch mode adds its batches: submitted, running (with the time each has been running) and
@@ -38,6 +41,8 @@ from rich.text import Text
 
 from .cost import Budget
 from .scheduler import Stats
+
+INTERVAL_S = 10.0  # a log's progress: a line per model this often (a test makes it shorter)
 
 
 def ended(s: Stats, total: int | None) -> bool:
@@ -145,7 +150,7 @@ class RunProgress:
         self,
         console: Console,
         totals: dict[str, int],
-        interval_s: float = 10.0,
+        interval_s: float | None = None,
         budget: Budget | None = None,
         free: frozenset[str] = frozenset(),
         started: float | None = None,
@@ -153,7 +158,7 @@ class RunProgress:
         self.console, self.totals, self.interval_s, self.budget = (
             console,
             totals,
-            interval_s,
+            INTERVAL_S if interval_s is None else interval_s,
             budget,
         )
         self.free = free  # labels of the models that cost nothing: no spend shown
@@ -242,8 +247,8 @@ class RunProgress:
     def line(self, label: str, s: Stats, now: float | None = None) -> str:
         """One model's progress: done/total, share, rate, time left ("done"; "stopped" when the rest
         was not sent), spend, retries (``Stats.retries``: requests sent again after a failed
-        attempt), 429s, invalid, failed, cached, and the requests not sent and refused when there
-        are."""
+        attempt), 429s, invalid, failed, cached, and the requests in flight (``Stats.in_flight``),
+        not sent and refused when there are."""
         now = time.monotonic() if now is None else now
         total = self.totals.get(label)
         share = f"{100 * s.done / total:.0f}%" if total else "-"
@@ -293,6 +298,7 @@ class RunProgress:
             f"{s.done}/{'?' if total is None else total} {share} {pace} {spend}retries {s.retries} "
             f"429s {s.rate_limited} "
             f"invalid replies {s.invalid} failed {s.failed} cached {s.cache_hits}"
+            + (f" in flight {s.in_flight}" if s.in_flight else "")
             + (f" not sent {s.not_sent}" if s.not_sent else "")
             + (f" refused {s.refused}" if s.refused else "")
             + batches(s)

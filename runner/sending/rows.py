@@ -1,14 +1,22 @@
-"""Turning an Outcome into the cache row that records it (``cache.schema.SCHEMA``)."""
+"""Turning an Outcome into the cache row that records it (``cache.schema.SCHEMA``); the keys of a
+model's rows in the cache (``keys_of``)."""
 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from dxi.adapters import Fatal, MalformedReply, Request
 from dxi.cache import FAILED, FATAL, TRANSIENT
 from dxi.evals import Task
 
 from .retry import Outcome
+
+if TYPE_CHECKING:
+    from dxi.cache import Cache
+    from dxi.evals import Suite
+
+    from ..planning.plan import ModelRun
 
 
 def make_row(
@@ -82,3 +90,29 @@ def make_row(
         if isinstance(error, MalformedReply) and row["raw_reply"] is None:
             row["raw_reply"] = error.raw
     return row
+
+
+def keys_of(cache: Cache, run: ModelRun, suite: Suite) -> list[str]:
+    """The keys of the cache's rows of ``run``'s model, each once: the rows of its configuration
+    (adapter, model, endpoint, parameters and prompt version, as its first request carries them),
+    among which is every request of the model the cache has a row of, since a key covers them."""
+    import polars as pl
+
+    first = next(run.requests(suite), None)
+    if first is None:
+        return []
+    r = first[2]
+    return (
+        cache.scan()
+        .filter(
+            (pl.col("provider") == r.kind)
+            & (pl.col("model") == r.model)
+            & (pl.col("endpoint") == r.endpoint)
+            & (pl.col("params") == r.params)
+            & (pl.col("prompt_version") == r.prompt_version)
+        )
+        .select("key")
+        .unique()
+        .collect()["key"]
+        .to_list()
+    )

@@ -59,7 +59,7 @@ from ..planning.shard import Shard
 from .cost import Budget, Charge, CostBoundReached
 from .limits import ProviderLimiter
 from .retry import Outcome, attempt
-from .rows import make_row
+from .rows import keys_of, make_row
 from .stops import RunStop, RunStopping
 
 BATCH = 32  # requests encoded and looked up in the cache at a time, per model (~1 ms of work)
@@ -124,6 +124,7 @@ class Stats:
     stop_not_sent: int = 0
     refused: int = 0
     failed_fatal: int = 0
+    in_flight: int = 0  # taken up by a worker, not yet stored (limits, the wire, a retry's wait)
     started: float | None = None  # monotonic seconds of the first request sent (for rates)
     errors: list[str] = field(default_factory=list)
 
@@ -366,7 +367,7 @@ class Scheduler:
         """How many requests ``label``'s stream has left, counted without encoding each (~15 µs a
         request), else None. Only when none can be a cache hit: no task renders to another's
         request (``Suite.distinct_tasks``), and every key of the model's rows in the cache
-        (``_keys_of``) that the cache counts as cached is one the stream met (a cache hit, or
+        (``rows.keys_of``) that the cache counts as cached is one the stream met (a cache hit, or
         stored: ``stored_cached``). Then the rest is tasks × epochs less ``Stats.total``. Not with a
         shard, nor when the model's rows changed while read; a read error falls back to encoding."""
         run = self.run_of[label]
@@ -377,7 +378,7 @@ class Scheduler:
             return None
         stored = self.stored_cached[label]
         try:
-            keys = await asyncio.to_thread(_keys_of, self.cache, run, self.suite)
+            keys = await asyncio.to_thread(keys_of, self.cache, run, self.suite)
         except Exception:  # noqa: BLE001 (the count by encoding does without)
             return None
         st = self.stats[label]
@@ -406,6 +407,19 @@ class Scheduler:
         st.add(row, job.task.id)
 
     async def send(self, job: _Job) -> None:
+        """``_send`` ``job``, counted ``in_flight`` meanwhile, its model's progress handed on as it
+        is taken up (so a log shows it from the first interval, whatever a reply takes) and once it
+        is counted (not when an error stops the run)."""
+        st = self.stats[job.adapter.label]
+        st.in_flight += 1
+        self.progress(job.adapter.label)
+        try:
+            await self._send(job)
+        finally:
+            st.in_flight -= 1
+        self.progress(job.adapter.label)
+
+    async def _send(self, job: _Job) -> None:
         """Attempt ``job`` (``runner.sending.retry.attempt``) and store its outcome; a request not
         sent (the cost bound, the run stopping) or refused by a stopped provider is counted and
         leaves no row."""
@@ -418,7 +432,6 @@ class Scheduler:
             except (CostBoundReached, RunStopping) as stopping:
                 if not outcome.attempts:  # not sent: no row, the next run sends it
                     st.not_sent += 1
-                    self.progress(job.adapter.label)
                     return
                 # sent, failed, and its retry not sent: its row is a transient failure (sent again
                 # next run)
@@ -450,7 +463,6 @@ class Scheduler:
                 st.attempts += outcome.attempts
                 st.retries += max(0, outcome.attempts - 1)
                 st.rate_limited += outcome.rate_limited
-                self.progress(job.adapter.label)
                 return
             self.record(job, outcome)
         except asyncio.CancelledError:
@@ -462,7 +474,6 @@ class Scheduler:
         finally:
             self.in_flight.pop(job.request.key, None)
             self.stop.finished()
-        self.progress(job.adapter.label)
 
     def abandon(self, job: _Job, outcome: Outcome) -> None:
         """Count ``job``, cancelled before its reply came: not sent when no attempt left, else
@@ -572,29 +583,3 @@ class Scheduler:
         if self.stopped_by:
             raise self.stopped_by[0]
         return self.stats
-
-
-def _keys_of(cache: Cache, run: ModelRun, suite: Suite) -> list[str]:
-    """The keys of the cache's rows of ``run``'s model, each once: the rows of its configuration
-    (adapter, model, endpoint, parameters and prompt version, as its first request carries them),
-    among which is every request of the model the cache has a row of, since a key covers them."""
-    import polars as pl
-
-    first = next(run.requests(suite), None)
-    if first is None:
-        return []
-    r = first[2]
-    return (
-        cache.scan()
-        .filter(
-            (pl.col("provider") == r.kind)
-            & (pl.col("model") == r.model)
-            & (pl.col("endpoint") == r.endpoint)
-            & (pl.col("params") == r.params)
-            & (pl.col("prompt_version") == r.prompt_version)
-        )
-        .select("key")
-        .unique()
-        .collect()["key"]
-        .to_list()
-    )
