@@ -138,7 +138,8 @@ def test_a_flag_is_taken_only_whole_never_abbreviated(argv, line, capsys):
         (  # dxi score's flag: named as such, and the hint
             ["export", "--out", "eee", "--format", "eee"],
             "dxi export: error: --out is not an option of dxi export (dxi run, dxi estimate, dxi "
-            "score and dxi report take it); TARGET is positional (no flag): dxi export "
+            "score, dxi report and dxi batches collect take it); TARGET is positional (no flag): "
+            "dxi export "
             "[RUN_FILE] [options] --format eee eee",
         ),
         (

@@ -330,7 +330,7 @@ def test_a_line_of_dxi_batches_collect_is_counted_apart_and_is_not_the_last_run(
         f"what each run sent and spent: {out / 'run-history.jsonl'} (1 run and 1 dxi batches "
         "collect; the last run was interrupted)"
     )
-    last = last_run(out, {}, tmp_path / "cache")
+    last = last_run(out, {}, tmp_path / "cache", {"m": ("systemone", "m", "", "{}")})
     assert (last.pick, last.evals) == (Pick(30, None, 0), ("when2call",))
     assert [line.get("command") for line in history.read(out)] == [None, "batches collect"]
     assert len(history.runs(out)) == 1

@@ -58,6 +58,7 @@ def exported(
 def test_a_sampled_run_is_scored_as_it_ran_by_score_report_export_and_view(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ):
+    monkeypatch.chdir(tmp_path)  # export and view read ./out: not the checkout's
     assert run(data_dir, tmp_path, "run", sample=2) == 0
     capsys.readouterr()
     assert (
