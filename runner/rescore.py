@@ -29,7 +29,15 @@ from .outputs import history
 from .outputs import staging as _staging
 from .planning import paths
 from .planning.inputs import PlanInputs, inputs_of
-from .planning.plan import from_inputs, price_flags, price_of, suite_of, tolerance, with_effort
+from .planning.plan import (
+    from_inputs,
+    price_flags,
+    price_of,
+    refuse_missing,
+    suite_of,
+    tolerance,
+    with_effort,
+)
 from .planning.selection import Differs, choose
 
 # Imported on first use (``dxi.lazy``): Polars and the scoring once the cache is read, matplotlib
@@ -109,7 +117,8 @@ def select(inputs: PlanInputs | argparse.Namespace, mirror: Path | None = None) 
     model in the cache; the remote cache tier (``cache_remote``) has its shards pulled into the
     cache folder, which it creates, or into ``mirror`` (``dxi view`` never writes to the cache
     folder: with a remote tier it reads a cache folder that does not exist as an empty one).
-    UsageError for a run file beside models, a bad setting (``runner.planning.plan``), or no cache
+    UsageError for a run file beside models, a bad setting (``runner.planning.plan``), an
+    evaluation selected without data (``refuse_missing``, as ``dxi run`` refuses it), or no cache
     folder and no remote tier."""
     if isinstance(inputs, argparse.Namespace):
         inputs = inputs_of(inputs)
@@ -121,6 +130,9 @@ def select(inputs: PlanInputs | argparse.Namespace, mirror: Path | None = None) 
     cache_dir = plan.cache_dir if plan else (inputs.cache_dir or Path(".dxi-cache"))
     out = plan.out if plan else (inputs.out or Path("out"))
     suite = plan.suite if plan else suite_of(inputs)
+    # as `dxi run` refuses it: an evaluation selected (all four unless --evals or the run file's
+    # [evals] select leaves it out) without data, before the cache or OUT is touched
+    refuse_missing(suite, plan.source if plan else None)
     uri = inputs.cache_remote or (plan.cache_remote if plan else None)
     if not cache_dir.is_dir() and not uri:  # a remote tier is pulled into it (or into ``mirror``)
         raise paths.no_cache(cache_dir)

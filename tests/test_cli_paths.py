@@ -211,7 +211,8 @@ def test_score_and_report_out_that_cannot_be_written(
     scored: Path, read_only, command: str, kind: str, tmp_path
 ):
     out = place(kind, tmp_path, read_only)
-    done = dxi(command, "--data-dir", "data", "--cache-dir", "cache", "--out", out, cwd=scored)
+    data = ["--data-dir", "data", "--evals", "when2call"]  # the synthetic data: When2Call only
+    done = dxi(command, *data, "--cache-dir", "cache", "--out", out, cwd=scored)
     one_error_line(done, EXIT_USAGE, f"--out {out}: cannot write there")
 
 
@@ -290,7 +291,7 @@ def test_estimate_of_a_cache_it_cannot_create(
         ["estimate", "--model", "embedded", "--data-dir", "data", "--evals", "when2call"],
         ["batches", "list"],
         ["batches", "cancel", "--all"],
-        ["score", "--data-dir", "data"],
+        ["score", "--data-dir", "data", "--evals", "when2call"],
     ],
 )
 def test_a_cache_read_under_a_file_is_bad_input(scored: Path, args: list[str], tmp_path: Path):

@@ -968,3 +968,57 @@ def test_the_evaluations_a_folder_holds_run_when_selected(data_dir: Path, tmp_pa
     assert (summary["complete"], summary["accepted"]) == (True, True)
     assert summary["data"]["aa_omniscience_decision"] == {"missing": "not selected (--evals)"}
     assert [m["evals"]["when2call"]["n"] for m in summary["models"]] == [3]
+
+
+@pytest.mark.slow
+def test_a_rescoring_with_an_evaluation_selected_without_data_is_refused_and_changes_nothing(
+    data_dir: Path, tmp_path: Path, capsys, monkeypatch
+):
+    """A run of all four, then the HLE file gone: `dxi score`, `report`, `export` and `view` select
+    all four by default, as `dxi run` does, and refuse as it does (exit 2, the same message); the
+    earlier outputs in --out are left byte for byte, no export is written, nothing is served. They
+    rewrote summary.json (exit 0) with HLE "not selected (--evals)" and the index "not computed".
+    With --evals the three others are rescored."""
+    assert (
+        session.run(
+            plan.build(
+                models=["embedded"],
+                data_dir=data_dir,
+                cache_dir=tmp_path / "cache",
+                out=tmp_path / "out",
+            )
+        ).exit_code
+        == 0
+    )
+    out = tmp_path / "out"
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    shutil.rmtree(data_dir / "hle")
+    from dxi.view import app
+
+    monkeypatch.setattr(app, "serve", lambda *args, **kwargs: None)  # reached: not refused
+    folders = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache")]
+    refused = (
+        "error: no data for hle_multichoice, which the run selects: no HLE-MultiChoice file under "
+        f"{data_dir} (looked for hle/*.json, hle/*.jsonl, hle/*.parquet, hle*.json, hle*.jsonl, "
+        "hle*.parquet). Nothing was sent (the Decision Index needs all four evaluations). Put the "
+        "file there or name it (--data-dir DIR; --omniscience, --hle, --when2call or "
+        "--wildguardtest FILE; `dxi data check` lists what is found); to run the others alone: "
+        "--evals aa_omniscience_decision,when2call,wildguardtest\n"
+    )
+    capsys.readouterr()
+    for argv in (
+        ["score", "--out", str(out)],
+        ["score", "--model", "embedded", "--out", str(out)],  # a plan's selection: the same
+        ["report", "--out", str(out)],
+        ["export", "--format", "csv", str(tmp_path / "answers.csv")],
+        ["view", "--port", "0"],
+    ):
+        assert main([*argv, *folders]) == EXIT_USAGE, argv
+        assert capsys.readouterr() == ("", f"dxi {argv[0]}: {refused}"), argv
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not (tmp_path / "answers.csv").exists()
+    three = ["--evals", "aa_omniscience_decision,when2call,wildguardtest", "-q"]
+    assert main(["score", "--out", str(tmp_path / "three"), *folders, *three]) == 0
+    summary = orjson.loads((tmp_path / "three" / "summary.json").read_bytes())
+    assert summary["data"]["hle_multichoice"] == {"missing": "not selected (--evals)"}
+    assert [m["decision_index"] for m in summary["models"]] == [None]

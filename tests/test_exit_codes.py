@@ -93,6 +93,8 @@ def test_an_unexpected_error_exits_70_with_one_line_and_the_trace_in_a_redacted_
             "cache",
             "--model",
             "embedded",
+            "--evals",
+            "when2call",  # the synthetic data's one evaluation
         ],
         capture_output=True,
         text=True,

@@ -157,6 +157,45 @@ async def test_token_budget_paces_by_estimate_then_by_usage(clock: Clock):
     assert lim.tokens.pacer.reserve(0) == pytest.approx(3.0)
 
 
+async def test_turns_that_came_while_the_loop_was_held_up_go_an_interval_apart(clock: Clock):
+    """Four attempts at 10 requests a second: the first goes at once, the others book their turns
+    0.1, 0.2 and 0.3 s on and sleep; the event loop is held up 0.35 s (a process descheduled on a
+    loaded machine) and wakes the three together. They went at once: with the first, four
+    requests within 0.35 s, a burst a provider's limiter refuses (test_run_file's three models: a
+    429, and 49 requests where 48 were due). They go 0.1 s apart, the first of them at once (it
+    is late), each next one up to JITTER_S early."""
+    lim = ProviderLimiter(Limits(max_in_flight=4, rpm=600))
+    start = clock.now
+    sleeping: list[tuple[float, asyncio.Future]] = []
+
+    async def sleep(seconds: float) -> None:  # the event loop's timer, on the fake clock
+        woken = asyncio.get_running_loop().create_future()
+        sleeping.append((clock.now + seconds, woken))
+        await woken
+
+    async def settle() -> None:  # every attempt that can run, run until it waits
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    lim.sleep = sleep
+    sent: list[float] = []
+
+    async def attempt() -> None:
+        sent.append(round((await lim.acquire(request())).sent_at - start, 3))
+
+    tasks = [asyncio.create_task(attempt()) for _ in range(4)]
+    await settle()
+    assert sent == [0.0] and sorted(round(at - start, 3) for at, _ in sleeping) == [0.1, 0.2, 0.3]
+    clock.now = start + 0.35  # held up: every timer due by now fires at once
+    while not all(t.done() for t in tasks):
+        clock.now = max(clock.now, min(at for at, _ in sleeping))
+        for entry in [e for e in sleeping if e[0] <= clock.now]:
+            sleeping.remove(entry)
+            entry[1].set_result(None)
+        await settle()
+    assert sent == [0.0, 0.35, 0.445, 0.545]
+
+
 def test_rate_limit_headers():
     assert rate_limit_wait({"Retry-After": "7"}) == 7.0
     assert (

@@ -1079,6 +1079,7 @@ async def test_score_says_answers_lost_to_the_remotes_quarantine_were_set_aside(
     path.write_bytes(orjson.dumps(orjson.loads(path.read_bytes()) | {"sha256": "0" * 64}))
     capsys.readouterr()
     args = [*model[:2], "--data-dir", str(tmp_path / "data"), "--all-tasks", "--cache-remote", uri]
+    args += ["--evals", "when2call"]  # the synthetic data's one evaluation
     args += ["--cache-dir", str(tmp_path / "r"), "--out", str(tmp_path / "s"), "-q"]
     assert main(["score", *args]) == 1
     block = summary(tmp_path / "s")["models"][0]["evals"]["when2call"]

@@ -758,7 +758,9 @@ def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(
     m = summary["models"][0]
     assert "These numbers are not the full Decision Index." in html
     w2c = m["evals"]["when2call"]
-    assert w2c["accuracy_bounds"][0] < w2c["accuracy"] <= w2c["accuracy_bounds"][1]
+    # u-1 and u-2 failed (the first two by task id, whatever order their replies came in): u-3,
+    # answered right, is scored alone; the two failed ones wrong or right bound it
+    assert (w2c["accuracy"], w2c["accuracy_bounds"]) == (100.0, [33.333333, 100.0])
     spans = [
         f"decision_index {span(m['decision_index_bounds'])}",
         f"When2Call accuracy {span(w2c['accuracy_bounds'])}",
@@ -782,6 +784,29 @@ def test_a_provisional_result_has_a_banner_and_its_figures_are_marked(
     assert index.count('class="ci bounds"') == 2
     section = html[html.index('<h2 id="when2call">') : html.index('<h2 id="wildguardtest">')]
     assert w2c_bounds in section
+
+
+def test_the_rows_failed_are_the_first_by_task_id_whatever_order_the_replies_came_in(
+    tmp_path: Path,
+):
+    """``fail_rows`` (the test above's failures) takes the first rows by task id: replies stored
+    u2, u0, u1 (the order they came in, which varies with the load) fail u0 and u1, never the first
+    two stored (u2 and u0), so the task left answered, and every figure, is the same at each run."""
+    from dxi.cache.layout import read_nested
+    from dxi.cache.schema import SCHEMA
+
+    from .helpers.synthetic import suite, write_cache
+
+    u0, u1, u2 = suite({"when2call": 3})
+    write_cache(tmp_path, [u2, u0, u1], 1, invalid_rate=0.0, failed_rate=0.0)
+    assert fail_rows(tmp_path, "when2call", 2) == ["when2call/u0", "when2call/u1"]
+    (shard,) = tmp_path.glob("shards/*.parquet")
+    rows = pl.from_arrow(read_nested(shard, SCHEMA.names))
+    assert rows.select("task_id", "status").rows() == [
+        ("when2call/u2", "ok"),
+        ("when2call/u0", "failed"),
+        ("when2call/u1", "failed"),
+    ]
 
 
 @pytest.mark.slow

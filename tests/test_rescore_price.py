@@ -33,6 +33,7 @@ async def test_score_keeps_the_price_the_run_used_and_price_overrides_it(
 ):
     data_dir(tmp_path / "data", 3)
     common = ["--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "cache")]
+    common += ["--evals", "when2call"]  # the synthetic data's one evaluation (run and rescorings)
     out = tmp_path / "out"
     async with FakeProvider(model=None) as server:
         model = f"systemone:m1@{server.url}"
@@ -43,8 +44,6 @@ async def test_score_keeps_the_price_the_run_used_and_price_overrides_it(
             "--price",
             "systemone:m1=1000/2000",
             "-q",
-            "--evals",
-            "when2call",
         ]
         assert await asyncio.to_thread(main, [*run, *common, "--out", str(out)]) == 0
     tokens_in, tokens_out = fake_usage(tmp_path / "cache")

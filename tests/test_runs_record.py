@@ -93,7 +93,8 @@ async def test_runs_jsonl_keeps_each_runs_spend_which_score_leaves_alone(
 
         # dxi score to the same out: summary.json rewritten from the cache, run-history.jsonl as it
         # was
-        assert await asyncio.to_thread(dxi, "score") == 1  # the answers not sent are missing
+        # (--evals as the run: a selected evaluation without data is refused, as dxi run does)
+        assert await asyncio.to_thread(dxi, "score", *when2call) == 1  # the ones not sent: missing
         scored = orjson.loads((out / "summary.json").read_bytes())
         assert "cost_bound" not in scored and scored["models"][0]["requests"]["sent"] == 0
         assert (out / "run-history.jsonl").read_bytes() == before
@@ -116,7 +117,7 @@ async def test_runs_jsonl_keeps_each_runs_spend_which_score_leaves_alone(
     again = second["requests"]["systemone:m1"]
     assert (again["sent"], again["cache_hits"], again["not_sent"]) == (TASKS - sent, sent, 0)
     capsys.readouterr()
-    assert main(["report", *folders, "--out", str(out), "-q"]) == 0
+    assert main(["report", *folders, "--out", str(out), *when2call, "-q"]) == 0
     assert (out / "run-history.jsonl").read_bytes() == data
     assert (
         f"note: what each run sent and spent: {out / 'run-history.jsonl'} (2 runs; the last finished)"
@@ -153,7 +154,8 @@ async def test_a_stopped_provider_is_kept_in_the_line_after_score(
     )
     before = (out / "run-history.jsonl").read_bytes()
     capsys.readouterr()
-    assert main(["score", *folders, "--out", str(out), "-q"]) == 0  # the cache's one model
+    score = ["score", *folders, "--out", str(out), "--evals", "when2call", "-q"]
+    assert main(score) == 0  # the cache's one model
     assert "stopped_providers" not in orjson.loads((out / "summary.json").read_bytes())
     assert (out / "run-history.jsonl").read_bytes() == before
     assert (

@@ -601,7 +601,7 @@ def test_the_compare_page_takes_mcnemars_test_at_the_worst_outcome_of_failed_ans
     data, cache_dir = synthetic_data(tmp_path / "data", 60, seed=3), tmp_path / "cache"
     assert run(models=[MODEL], out=tmp_path / "out", data_dir=data, cache_dir=cache_dir) == 0
     copy = copy_model(cache_dir, "copy", "when2call", 30)
-    b = view_of(data_dir=data, cache_dir=cache_dir)
+    b = view_of(data_dir=data, cache_dir=cache_dir, evals="when2call")
     try:
         table, _ = b.compare("when2call", MODEL, copy)
         assert table == {

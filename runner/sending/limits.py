@@ -11,9 +11,12 @@ provider shares it. It holds four things:
   place while it is on the wire.
 * **Pacers** for requests and tokens per minute: each attempt reserves the next free instant at the
   current rate (virtual scheduling, as in GCRA) and sleeps until it: no polling, no burst above the
-  rate, first come first served. The token cost of an attempt is estimated before sending
-  (``runner.planning.tokens.TokenEstimate``: request bytes / 4, times a ratio learned from the usage
-  replies report, plus the mean output so far) and corrected once the reply's usage is known.
+  rate, first come first served. Requests are also spaced as they go (``Pacer.release``): when the
+  event loop was held up past several turns (a process descheduled on a loaded machine), the
+  attempts whose turns passed meanwhile go one interval apart, not together. The token cost of an
+  attempt is estimated before sending (``runner.planning.tokens.TokenEstimate``: request bytes / 4,
+  times a ratio learned from the usage replies report, plus the mean output so far) and corrected
+  once the reply's usage is known.
 * **A shared pause**: a 429's ``Retry-After`` (or reset header) holds every attempt of the provider,
   for exactly the stated wait up to ``Limits.max_stated_wait_s``.
 * **A stop** (``halt``): once the provider is stopped (``runner.sending.stops``), every wait ends
@@ -55,22 +58,26 @@ from .outage import Outage
 BACKOFF = 0.7  # a 429 multiplies the window and the rates by this (as TCP CUBIC's beta)
 RECOVERY_S = 30.0  # seconds for a reduced rate to climb back to its ceiling
 MIN_FRACTION = 1 / 64  # a rate is never cut below this fraction of its ceiling
+JITTER_S = 0.005  # a timer's lateness: a request may go this much before its spaced instant
 
 
 class Pacer:
     """Spaces units (requests, tokens) evenly at ``rate`` units per second.
 
     ``reserve(cost)`` books the next ``cost`` units and returns the seconds to wait before using
-    them; ``correct(delta)`` books ``delta`` more units (or gives them back, when negative) once the
-    real cost is known; ``hold_until(t)`` lets nothing start before monotonic time ``t``. ``clock``:
-    the monotonic clock in seconds (default ``time.monotonic``; tests pass a fake one).
+    them; ``release(cost)``, once that wait is over, says whether they may go now (0) or how long
+    after the units that went before them; ``correct(delta)`` books ``delta`` more units (or gives
+    them back, when negative) once the real cost is known; ``hold_until(t)`` lets nothing start
+    before monotonic time ``t``. ``clock``: the monotonic clock in seconds (default
+    ``time.monotonic``; tests pass a fake one).
     """
 
-    __slots__ = ("rate", "_next", "clock")
+    __slots__ = ("rate", "_next", "_free", "clock")
 
     def __init__(self, rate: float, clock: Callable[[], float] | None = None):
         self.rate = rate
         self._next = 0.0
+        self._free = 0.0  # the next units' instant: the last ones' release, spaced (``release``)
         self.clock = clock or time.monotonic
 
     def reserve(self, cost: float = 1.0) -> float:
@@ -78,6 +85,22 @@ class Pacer:
         start = max(self._next, now)
         self._next = start + cost / self.rate
         return start - now
+
+    def release(self, cost: float = 1.0) -> float:
+        """0 when ``cost`` units whose reserved instant has come may go now (counted gone: the
+        next units' instant is ``cost / rate`` after theirs, or after now when they go late), else
+        the seconds still to wait; a unit may go up to ``JITTER_S`` before its instant (a timer
+        fires a little late or early), never more, so the units never go faster than ``rate`` on
+        average (GCRA's theoretical arrival time, with that tolerance). The reservations alone
+        space the instants; the units go when the event loop wakes their waiters, and a loop held
+        up past several instants (a process descheduled under load) wakes those waiters together:
+        sent at once, they are a burst a provider's limiter refuses (a 429, and an attempt more).
+        Released here, they go an interval apart."""
+        now = self.clock()
+        if now < self._free - JITTER_S:
+            return self._free - JITTER_S - now
+        self._free = max(self._free, now) + cost / self.rate
+        return 0.0
 
     def correct(self, delta: float) -> None:
         self._next += delta / self.rate
@@ -115,6 +138,11 @@ class AdaptiveRate:
             return 0.0
         self._recover(self.clock())
         return self.pacer.reserve(cost)
+
+    def release(self, cost: float = 1.0) -> float:
+        """``Pacer.release``: 0 (the units go now) or the seconds still to wait; 0 when
+        unlimited."""
+        return 0.0 if self.pacer is None else self.pacer.release(cost)
 
     def decrease(self, now: float) -> None:
         """Cut the current rate by ``BACKOFF`` (not below ``MIN_FRACTION`` of the ceiling)."""
@@ -305,6 +333,14 @@ class ProviderLimiter:
                 delay = max(self.requests.wait(1.0), self.tokens.wait(cost))
                 if delay > 0:
                     await self.sleep(delay)
+                # its turn came: it goes an interval after the request before it went, not at once
+                # with the others whose turns came while the event loop was held up
+                while (
+                    not self.ending
+                    and self._paused_until <= self.clock()
+                    and (spaced := self.requests.release()) > 0
+                ):
+                    await self.sleep(spaced)
                 if self._paused_until <= self.clock() or self.ending:
                     break
                 await (

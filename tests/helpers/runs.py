@@ -103,20 +103,27 @@ def run_fake(url: str, data: Path, cache: Path, out: Path, **fields) -> int:
 
 
 def fail_rows(cache_dir: Path, eval_name: str, n: int, kind: str = "transient") -> list[str]:
-    """Turn the first ``n`` cache rows of ``eval_name`` into final failures of ``kind`` (transient:
-    requested again by the next run; fatal: kept), as a provider that stopped answering leaves them;
-    their task ids."""
-    failed = []
-    for shard in sorted(cache_dir.glob("shards/*.parquet")):
-        frame = pl.from_arrow(read_nested(shard, SCHEMA.names))
-        mine = (pl.col("eval") == eval_name) & (
-            pl.int_range(pl.len()).over("eval") < n - len(failed)
+    """Turn the first ``n`` cache rows of ``eval_name`` by task id and sample (not by the order the
+    replies arrived in, which differs from run to run: the tasks failed, and so the figures, would
+    too) into final failures of ``kind`` (transient: requested again by the next run; fatal: kept),
+    as a provider that stopped answering leaves them; their task ids, in that order."""
+    shards = sorted(cache_dir.glob("shards/*.parquet"))
+    frames = [pl.from_arrow(read_nested(shard, SCHEMA.names)) for shard in shards]
+    keys = (
+        pl.concat(
+            [f.filter(pl.col("eval") == eval_name).select("task_id", "sample") for f in frames]
         )
-        failed += frame.filter(mine)["task_id"].to_list()
-        frame = _failed(frame, mine, kind)
+        .unique()
+        .sort("task_id", "sample")
+        .head(n)
+    )
+    key = pl.concat_str("task_id", pl.col("sample").cast(pl.String), separator="\0")
+    chosen = keys.select(key.alias("key"))["key"]
+    for shard, frame in zip(shards, frames, strict=True):
+        mine = (pl.col("eval") == eval_name) & key.is_in(chosen.implode())
         shard.unlink()
-        pq.write_table(frame.to_arrow().cast(SCHEMA), shard)
-    return failed
+        pq.write_table(_failed(frame, mine, kind).to_arrow().cast(SCHEMA), shard)
+    return keys["task_id"].to_list()
 
 
 def _failed(frame: pl.DataFrame, mine: pl.Expr, kind: str) -> pl.DataFrame:
