@@ -132,7 +132,7 @@ def select(inputs: PlanInputs | argparse.Namespace, mirror: Path | None = None) 
     suite = plan.suite if plan else suite_of(inputs)
     # as `dxi run` refuses it: an evaluation selected (all four unless --evals or the run file's
     # [evals] select leaves it out) without data, before the cache or OUT is touched
-    refuse_missing(suite, plan.source if plan else None)
+    refuse_missing(suite, plan.source if plan else None, scoring=True)
     uri = inputs.cache_remote or (plan.cache_remote if plan else None)
     if not cache_dir.is_dir() and not uri:  # a remote tier is pulled into it (or into ``mirror``)
         raise paths.no_cache(cache_dir)

@@ -998,11 +998,12 @@ def test_a_rescoring_with_an_evaluation_selected_without_data_is_refused_and_cha
     monkeypatch.setattr(app, "serve", lambda *args, **kwargs: None)  # reached: not refused
     folders = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache")]
     refused = (
-        "error: no data for hle_multichoice, which the run selects: no HLE-MultiChoice file under "
-        f"{data_dir} (looked for hle/*.json, hle/*.jsonl, hle/*.parquet, hle*.json, hle*.jsonl, "
-        "hle*.parquet). Nothing was sent (the Decision Index needs all four evaluations). Put the "
-        "file there or name it (--data-dir DIR; --omniscience, --hle, --when2call or "
-        "--wildguardtest FILE; `dxi data check` lists what is found); to run the others alone: "
+        "error: no data for hle_multichoice, which the scoring selects: no HLE-MultiChoice file "
+        f"under {data_dir} (looked for hle/*.json, hle/*.jsonl, hle/*.parquet, hle*.json, "
+        "hle*.jsonl, hle*.parquet). Nothing was scored or written (the Decision Index needs all "
+        "four evaluations). Put the file there or name it (--data-dir DIR; --omniscience, --hle, "
+        "--when2call or --wildguardtest FILE; `dxi data check` lists what is found); to score the "
+        "others alone: "
         "--evals aa_omniscience_decision,when2call,wildguardtest\n"
     )
     capsys.readouterr()

@@ -288,26 +288,27 @@ def _exclude_item(item: str, base: Path | None = None) -> tuple[str | None, Path
     return name, (base / file if base is not None else Path(file))
 
 
-def refuse_missing(suite: Suite, source: Path | None = None) -> None:
+def refuse_missing(suite: Suite, source: Path | None = None, scoring: bool = False) -> None:
     """``Plan.check_data``'s refusal (UsageError) when an evaluation ``suite`` selects has no data
     (``Suite.no_data``), naming each, the file looked for and the folder, and the ``--evals`` that
-    runs the others (``source``: the run file, for its ``[evals] select``). ``_suite`` raises it too
-    when no evaluation selected has data but the folder holds another one (``--evals
-    hle_multichoice`` without the HLE file)."""
+    runs the others (``source``: the run file, for its ``[evals] select``; ``scoring``: said of a
+    rescoring, ``runner.rescore``). ``_suite`` raises it too when no evaluation selected has data
+    but the folder holds another one (``--evals hle_multichoice`` without the HLE file)."""
     missing = suite.no_data()
     if not missing:
         return
     others = [n for n in suite.selected() if n not in missing]
     rest = (
-        f"; to run the others alone: --evals {','.join(others)}"
+        f"; to {'score' if scoring else 'run'} the others alone: --evals {','.join(others)}"
         + ("" if source is None else f" (or [evals] select in {source})")
         if others
         else ""
     )
     raise UsageError(
-        f"no data for {', '.join(missing)}, which the run selects: "
+        f"no data for {', '.join(missing)}, which the {'scoring' if scoring else 'run'} selects: "
         + "; ".join(missing.values() if len(missing) == 1 else map(": ".join, missing.items()))
-        + ". Nothing was sent (the Decision Index needs all four evaluations). Put the file "
+        + (". Nothing was scored or written" if scoring else ". Nothing was sent")
+        + " (the Decision Index needs all four evaluations). Put the file "
         "there or name it (--data-dir DIR; --omniscience, --hle, --when2call or "
         f"--wildguardtest FILE; `dxi data check` lists what is found){rest}"
     )
