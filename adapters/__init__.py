@@ -89,35 +89,44 @@ def parse_model(text: str) -> ModelSpec:
         )
     rest = rest.strip() if sep else ""
     model, base_url = rest, None
-    if rest.startswith(("http://", "https://")):
-        model, base_url = "", rest
+    if _URL.match(rest):  # systemone:http://host:port: the server names the model
+        model, url = "", rest
     else:
-        for scheme in ("@http://", "@https://"):
-            if scheme in rest:
-                model, _, tail = rest.partition(scheme)
-                base_url = scheme[1:] + tail
-                break
-        else:
-            _, at, tail = rest.rpartition("@")
-            if at and not tail.strip():  # a base URL left empty (an unset $URL): not the default
-                raise ValueError(
-                    f"model {text!r}: nothing follows '@'; write @http://HOST:PORT (or "
-                    "@https://...) for a base URL, or leave '@' out for the adapter's default server"
-                )
-            if at and _HOST_WITHOUT_SCHEME.match(
-                tail
-            ):  # not a version suffix such as claude-x@20240620
-                raise ValueError(
-                    f"model {text!r}: {tail!r} looks like a base URL without its scheme; write "
-                    f"@http://{tail} (or @https://...), or the model name would include it and the "
-                    "requests would go to the adapter's default server"
-                )
+        at = _AT_URL.search(rest)
+        model, url = (rest[: at.start()], rest[at.end() :]) if at else (rest, None)
+    if url is not None:
+        scheme, _, after = url.partition("//")
+        if scheme.lower() not in ("http:", "https:"):
+            raise ValueError(
+                f"model {text!r}: the base URL {url!r} is not http:// or https://; write "
+                "@http://HOST:PORT (or @https://...)"
+            )
+        base_url = f"{scheme.lower()}//{after}"
+    else:
+        _, at_sign, tail = rest.rpartition("@")
+        if at_sign and not tail.strip():  # a base URL left empty (an unset $URL): not the default
+            raise ValueError(
+                f"model {text!r}: nothing follows '@'; write @http://HOST:PORT (or "
+                "@https://...) for a base URL, or leave '@' out for the adapter's default server"
+            )
+        if at_sign and _HOST_WITHOUT_SCHEME.match(
+            tail
+        ):  # not a version suffix such as claude-x@20240620
+            raise ValueError(
+                f"model {text!r}: {tail!r} looks like a base URL without its scheme; write "
+                f"@http://{tail} (or @https://...), or the model name would include it and the "
+                "requests would go to the adapter's default server"
+            )
     if base_url is not None and not urlsplit(base_url).hostname:
         raise ValueError(
             f"model {text!r}: the base URL {base_url!r} names no host; write http://HOST:PORT"
         )
     return ModelSpec(kind, model or None, base_url)
 
+
+# a URL's start (any scheme, any case, or none: "//host"), at the string's start or after "@"
+_URL = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*:)?//")
+_AT_URL = re.compile(r"@\s*(?=(?:[A-Za-z][A-Za-z0-9+.-]*:)?//)")
 
 # host[:port][/path] after "@": localhost, an IPv4 address, a host name ending in a top-level
 # domain, or anything with a port (not "@20240620" or "@1.5", which are model versions)

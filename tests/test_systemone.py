@@ -571,6 +571,16 @@ def test_a_model_named_by_its_server_is_all_cached_with_the_server_up_too(
             "systemone:http://",
             "model 'systemone:http://': the base URL 'http://' names no host; write http://HOST:PORT",
         ),
+        (
+            "openai:m@ftp://x",
+            "model 'openai:m@ftp://x': the base URL 'ftp://x' is not http:// or https://; write "
+            "@http://HOST:PORT (or @https://...)",
+        ),
+        (
+            "openai:m@//host",
+            "model 'openai:m@//host': the base URL '//host' is not http:// or https://; write "
+            "@http://HOST:PORT (or @https://...)",
+        ),
     ],
 )
 def test_a_base_url_left_empty_is_refused_not_sent_to_the_default_server(text: str, message: str):
@@ -579,3 +589,20 @@ def test_a_base_url_left_empty_is_refused_not_sent_to_the_default_server(text: s
     with pytest.raises(ValueError) as raised:
         adapters.parse_model(text)
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(
+    ("text", "model", "base_url"),
+    [
+        ("openai:m@HTTPS://x", "m", "https://x"),  # a scheme is case-insensitive (RFC 3986 §3.1)
+        ("anthropic:m@ https://x", "m", "https://x"),  # a space after '@'
+        ("systemone:HTTP://127.0.0.1:8000", None, "http://127.0.0.1:8000"),
+        ("openai:qwen/qwen3@http://h:1/v1", "qwen/qwen3", "http://h:1/v1"),
+    ],
+)
+def test_a_base_url_in_capitals_or_after_a_space_is_a_base_url_not_part_of_the_name(
+    text: str, model: str | None, base_url: str
+):
+    """Taken for part of the model name, these went to the adapter's default server (trial 7)."""
+    spec = adapters.parse_model(text)
+    assert (spec.model, spec.base_url) == (model, base_url)
