@@ -98,12 +98,13 @@ def _killed(snapshot: Path) -> Path:
 
 BACK = (
     "repaired {out}: a dxi killed (pid 4194305) while it put its outputs in place had moved the "
-    "earlier ones aside; they were moved back: {out} is as it was (answers.parquet, tables/, "
-    "report.html, summary.json)."
+    "earlier ones aside; they were moved back, so {out} is as it was; it holds: answers.parquet, "
+    "tables/, report.html, summary.json."
 )
 FORWARD = (
-    "repaired {out}: a dxi killed (pid 4194305) while it put its outputs in place had begun to "
-    "move them in; the rest were moved in: {out} holds that scoring's outputs, whole ({names})."
+    "repaired {out}: a dxi killed (pid 4194305) while it put its outputs in place had decided to "
+    "(its mark was written); what it had not moved in was moved in: {out} holds that scoring's "
+    "outputs, whole ({names})."
 )
 
 
@@ -272,14 +273,15 @@ def test_dxi_report_killed_while_it_puts_its_outputs_in_place_is_settled_by_the_
     if point == "committing:1":
         line = (
             f"note: repaired copy: a dxi killed (pid {pid}) while it put its outputs in place had "
-            f"moved the earlier ones aside; they were moved back: copy is as it was ({names}).\n"
+            f"moved the earlier ones aside; they were moved back, so copy is as it was; it holds: "
+            f"{names}.\n"
         )
         expected = before
     else:
         line = (
             f"note: repaired copy: a dxi killed (pid {pid}) while it put its outputs in place had "
-            "begun to move them in; the rest were moved in: copy holds that scoring's outputs, "
-            f"whole ({names}).\n"
+            "decided to (its mark was written); what it had not moved in was moved in: copy "
+            f"holds that scoring's outputs, whole ({names}).\n"
         )
         expected = staged
         assert staged["summary.json"] != before["summary.json"]  # two models now

@@ -225,14 +225,14 @@ def _repaired(out: Path, pid: str, how: str) -> str:
     if how == "forward":
         return (
             f"repaired {out}: a dxi killed (pid {pid}) while it put its outputs in place had "
-            f"begun to move them in; the rest were moved in: {out} holds that scoring's outputs, "
-            f"whole ({', '.join(there)})."
+            f"decided to (its mark was written); what it had not moved in was moved in: {out} "
+            f"holds that scoring's outputs, whole ({', '.join(there)})."
         )
     return (
         f"repaired {out}: a dxi killed (pid {pid}) while it put its outputs in place had moved "
-        f"the earlier ones aside; they were moved back: {out} is as it was ("
+        f"the earlier ones aside; they were moved back, so {out} is as it was; it holds: "
         + (", ".join(there) or "no output")
-        + ")."
+        + "."
     )
 
 
