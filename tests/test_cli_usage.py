@@ -942,9 +942,9 @@ def test_the_one_evaluation_selected_without_data_is_named_though_the_others_are
     assert capsys.readouterr().err == (
         f"dxi {command}: error: no data for hle_multichoice, which the run selects: no "
         f"HLE-MultiChoice file under {data_dir} (looked for hle/*.json, hle/*.jsonl, hle/*.parquet, "
-        "hle*.json, hle*.jsonl, hle*.parquet). Nothing was sent (the Decision Index needs all four "
-        "evaluations). Put the file there or name it (--data-dir DIR; --omniscience, --hle, "
-        "--when2call or --wildguardtest FILE; `dxi data check` lists what is found)\n"
+        "hle*.json, hle*.jsonl, hle*.parquet). Nothing was sent. Put the file there or name it "
+        "(--data-dir DIR; --omniscience, --hle, --when2call or --wildguardtest FILE; `dxi data "
+        "check` lists what is found)\n"
     )
     assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
     empty = tmp_path / "empty"

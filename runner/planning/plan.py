@@ -308,7 +308,12 @@ def refuse_missing(suite: Suite, source: Path | None = None, scoring: bool = Fal
         f"no data for {', '.join(missing)}, which the {'scoring' if scoring else 'run'} selects: "
         + "; ".join(missing.values() if len(missing) == 1 else map(": ".join, missing.items()))
         + (". Nothing was scored or written" if scoring else ". Nothing was sent")
-        + " (the Decision Index needs all four evaluations). Put the file "
+        + (
+            " (the Decision Index needs all four evaluations)"
+            if suite.evals is None or set(EVALS) <= set(suite.evals)  # the index's own selection
+            else ""
+        )
+        + ". Put the file "
         "there or name it (--data-dir DIR; --omniscience, --hle, --when2call or "
         f"--wildguardtest FILE; `dxi data check` lists what is found){rest}"
     )
