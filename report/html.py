@@ -23,7 +23,7 @@ import jinja2
 import polars as pl
 
 from dxi.evals import EVALS, INDEX_TASKS
-from dxi.scoring import WEIGHTS, Scored, adaptive, breakdowns, measures, provisional
+from dxi.scoring import WEIGHTS, Scored, adaptive, breakdowns, measures, provisional, stopped_pairs
 from dxi.scoring.calibration import CALIBRATION_METRICS
 from dxi.scoring.missing import selection_flags
 from dxi.scoring.records import Summary, unset
@@ -350,9 +350,9 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
     adjusted p-value, whether the pair is significant (``scoring.compare``: the max-T step-down over
     every pair, the table's ``significant``, which a difference a provisional index's failed and
     missing answers could overturn never is) and why it is not claimed (``open``: "bounds", such
-    answers could overturn it; "stopped", a pair with a model an adaptive run stopped whose
-    anytime-valid paired interval does not leave 0 out, ``scoring.stopped_pairs``; None: claimed
-    or not significant); None with fewer than two such models."""
+    answers could overturn it; for a pair with a model an adaptive run stopped that is not claimed,
+    the p-value and which half of its claim failed, ``scoring.stopped_pairs.said``, shown in place
+    of the p-value; None: claimed or not significant); None with fewer than two such models."""
     pairs = scored.comparisons.filter(pl.col("metric") == "decision_index")
     ranked = [
         lb
@@ -365,10 +365,12 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
     found = {}
     for r in pairs.iter_rows(named=True):
         sig, settled = bool(r["significant"]), r.get("settled", True) is not False
-        # why a difference is not claimed: the open answers, or an adaptive run's stopping
-        why = (
-            None if settled else ("stopped" if r.get("claim") in (ANYTIME, NOT_VALID) else "bounds")
-        )
+        # why a difference is not claimed: the open answers, or which half of an adaptive run's
+        # claim failed (its words, ``stopped_pairs.said``, with the p-value)
+        why = None if settled else "bounds"
+        if r.get("claim") in (ANYTIME, NOT_VALID):
+            why = stopped_pairs.said(r)
+        turned = stopped_pairs.said(r, turned=True) if why and why != "bounds" else why
         found[(r["a"], r["b"])] = (
             r["difference"],
             r["low"],
@@ -383,7 +385,7 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
             -r["low"],
             r["p_adjusted"],
             sig,
-            why,
+            turned,
         )
     rows = []
     for a in ranked:
@@ -409,7 +411,9 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
         "rows": rows,
         "alpha": alpha,
         "open": any(c is not None and c["open"] == "bounds" for r in rows for c in r["cells"]),
-        "stopped": any(c is not None and c["open"] == "stopped" for r in rows for c in r["cells"]),
+        "stopped": any(
+            c is not None and c["open"] not in (None, "bounds") for r in rows for c in r["cells"]
+        ),
     }
 
 

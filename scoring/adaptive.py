@@ -33,10 +33,11 @@ EXACT = "exact: whole set scored"
 # ``scoring.stopped_pairs``)
 VALID_AFTER_STOPPING = (
     "Their 95% intervals are the anytime-valid ones, which hold although the run chose when to "
-    "stop, and their rank intervals and tied groups cover them; the paired comparisons' p-values "
-    "are the ordinary ones over the questions asked (as if their number were fixed in advance), "
-    "not valid after stopping, so a pair with such a model claims a difference only where the "
-    "anytime-valid interval of its index difference leaves 0 out, and no difference of a metric. "
+    "stop, and their rank intervals and tied groups cover them; a pair with such a model claims "
+    "a difference only where both the anytime-valid interval of its index difference leaves 0 out "
+    "(the order on the whole set, valid after stopping) and its ordinary p-value over the "
+    "questions asked separates it (the claim beyond the set every other pair makes), and no "
+    "difference of a metric. "
 )
 HEADERS = ("model", "asked", "whole-set index", "anytime 95% interval", "stopped by", "round")
 
@@ -506,13 +507,13 @@ def _ranks(summary: Summary, scored: Scored) -> Scored:
 
 
 def _groups(summary: Summary, scored: Scored) -> dict[str, int]:
-    """The tied groups (``tied_group``, ``Summary.ranking``) of the claims in force: the grouping
-    of ``scoring.compare`` (``tied_groups``) fed each index pair's final ``significant`` (after
-    ``scoring.stopped_pairs.claim``: the anytime-valid paired interval for a pair with a model whose
-    figures are estimates, the fixed-sample test for two exact ones), a pair parted only where the
-    higher model's headline interval also lies wholly above the other's (so the groups never part
-    what the rank sets tie). Returns label -> its new group (the entries and the ranking changed in
-    place; empty when no group changed)."""
+    """The tied groups (``tied_group``, ``Summary.ranking``) of the claims in force: the grouping of
+    ``scoring.compare`` (``tied_groups``) fed each index pair's final ``significant`` (after
+    ``scoring.stopped_pairs.claim``: the anytime-valid paired interval AND the fixed-sample test for
+    a pair with a model whose figures are estimates, the test for two exact ones), parted only where
+    the higher model's headline interval also lies wholly above the other's (so the groups never
+    part what the rank sets tie). Returns label -> its new group (the entries and the ranking
+    changed in place; empty when no group changed)."""
     from .compare import INDEX, tied_groups
     from .summary import ranking
 
@@ -551,8 +552,8 @@ def _groups(summary: Summary, scored: Scored) -> dict[str, int]:
     summary.ranking.method += (
         "; an adaptive run's: rank_ci and rank_set widened to cover the ranks the anytime-valid "
         "index intervals allow, and groups parted only by the claims in force (a pair with a "
-        "model whose figures are estimates: its anytime-valid paired interval) where those "
-        "intervals part too (scoring.adaptive.headline)"
+        "model whose figures are estimates: its anytime-valid paired interval and its fixed-sample "
+        "test) where those intervals part too (scoring.adaptive.headline)"
     )
     return new
 

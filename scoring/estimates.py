@@ -24,6 +24,8 @@ from .stopped_pairs import ANYTIME, FIXED_SAMPLE
 from .sums import ALL_METRICS
 
 INDEX = "decision_index"
+# the metrics table's column naming its index terms' interval method (``columns``)
+TERMS_INTERVAL = "index_terms_interval"
 
 
 @dataclass(frozen=True)
@@ -115,11 +117,12 @@ def columns(summary: Summary, scored: Scored) -> Scored:
     columns that say which figures are estimates appended to the index and metrics tables:
     ``estimate`` (``scoring.adaptive.estimated``), ``asked`` and ``whole_set`` (the tasks the model
     was asked and the whole set's: the index's summed over its evaluations; null for a model no
-    adaptive run asked), ``stopped_by`` (the rule; null while it ran), ``interval`` (which
-    interval ``_low``/``_high`` are: "anytime-valid" for an estimate, else "fixed sample") and the
-    fixed-sample interval over the asked part of an estimate (null otherwise): the index's
-    ``fixed_sample_low``/``_high``, each metric's ``<metric>_fixed_sample_low``/``_high``.
-    Unchanged for another summary."""
+    adaptive run asked), ``stopped_by`` (the rule; null while it ran), which interval
+    ``_low``/``_high`` are ("anytime-valid" for an estimate, else "fixed sample": the index table's
+    ``interval``; the metrics table's ``TERMS_INTERVAL``, as only the index terms' are: Brier, ECE
+    and log loss keep their fixed-sample ones) and the fixed-sample interval over the asked part of
+    an estimate (null otherwise): the index's ``fixed_sample_low``/``_high``, each term's
+    ``<metric>_fixed_sample_low``/``_high``. Unchanged for another summary."""
     if not is_adaptive(summary):
         return scored
     populations = summary.adaptive.get("populations", {})
@@ -145,7 +148,9 @@ def columns(summary: Summary, scored: Scored) -> Scored:
                 "estimate": estimate,
                 "asked": asked.get(name),
                 "whole_set": populations.get(name) if name in asked else None,
-                **rule,
+                "stopped_by": rule["stopped_by"],
+                # the index terms' only: brier, ece and log_loss keep fixed-sample intervals
+                TERMS_INTERVAL: rule["interval"],
             }
             for metric in present:
                 iv = fixed.get(f"{name}.{metric}") or [None, None]
@@ -161,7 +166,12 @@ def columns(summary: Summary, scored: Scored) -> Scored:
     return replace(scored, index=index, metrics=metrics)
 
 
-_TYPES = {"estimate": pl.Boolean, "stopped_by": pl.String, "interval": pl.String}
+_TYPES = {
+    "estimate": pl.Boolean,
+    "stopped_by": pl.String,
+    "interval": pl.String,
+    TERMS_INTERVAL: pl.String,
+}
 
 
 def _append(table: pl.DataFrame, key: pl.Expr, rows: dict[str, dict]) -> pl.DataFrame:

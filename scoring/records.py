@@ -175,7 +175,8 @@ class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
     and, when not complete, ``settled`` (false: the failed and missing answers could overturn the
     difference, not claimed; ``scoring.bounds``). In an adaptive run's summary, ``claim`` (the rule
     ``significant`` follows) and, for a pair with a model whose figures are estimates, ``settled``
-    and, for its index, ``anytime_ci`` (``scoring.stopped_pairs``)."""
+    and, for its index, ``anytime_ci`` and ``fixed_sample_significant`` (the fixed-sample test's
+    own verdict, which ``significant`` ANDs with ``settled``; ``scoring.stopped_pairs``)."""
 
     a: str
     b: str
@@ -192,6 +193,7 @@ class Comparison(msgspec.Struct, kw_only=True, omit_defaults=True):
     settled: bool | UnsetType = UNSET
     claim: str | UnsetType = UNSET
     anytime_ci: Interval | None | UnsetType = UNSET
+    fixed_sample_significant: bool | UnsetType = UNSET
 
 
 class Ranking(msgspec.Struct, kw_only=True):

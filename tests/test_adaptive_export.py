@@ -255,7 +255,9 @@ def test_a_stopped_model_s_exports_and_tables_say_estimate_and_name_the_anytime_
     hle_rows = [r for r in metric_rows if r["eval"] == "hle_multichoice"]
     high = m00["adaptive"]["metrics"]["hle_multichoice.accuracy"]["high"]
     assert hle_rows[0]["accuracy_high"] == str(high)
-    cols = ("model", "n", "estimate", "asked", "whole_set", "stopped_by", "interval")
+    # the index terms' interval method, named as such (Brier's stays fixed-sample); no `interval`
+    assert "interval" not in metric_rows[0]
+    cols = ("model", "n", "estimate", "asked", "whole_set", "stopped_by", "index_terms_interval")
     cols += ("accuracy_fixed_sample_low", "accuracy_fixed_sample_high")
     assert [tuple(r[c] for c in cols) for r in hle_rows] == [
         ("systemone:m00", "31", "true", "31", "40", "precision=4", "anytime-valid")

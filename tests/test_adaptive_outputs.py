@@ -128,8 +128,8 @@ def test_a_stopped_model_is_scored_over_what_it_was_asked_and_dxi_score_agrees(
     ):
         assert row in text
     assert (
-        "adjusted p < 0.05; an adaptive run's estimates parted only by their anytime-valid "
-        "paired intervals, and where their own intervals part): "
+        "adjusted p < 0.05; an adaptive run's estimates parted only where their anytime-valid "
+        "paired intervals and their own intervals part too): "
         "{systemone:m100, systemone:m50, systemone:m00}"
     ) in text
     # the report and its tables (the cache alone) show the same intervals and ranks
@@ -196,10 +196,10 @@ def test_a_stopped_model_is_scored_over_what_it_was_asked_and_dxi_score_agrees(
         "its figures (marked ≈) are estimates of the whole set, computed over the questions it was "
         "asked (a run without --until asks the others). Their 95% intervals are the anytime-valid "
         "ones, which hold although the run chose when to stop, and their rank intervals and tied "
-        "groups cover them; the paired comparisons' p-values are the ordinary ones over the "
-        "questions asked (as if their number were fixed in advance), not valid after stopping, so "
-        "a pair with such a model claims a difference only where the anytime-valid interval of "
-        "its index difference leaves 0 out, and no difference of a metric. "
+        "groups cover them; a pair with such a model claims a difference only where both the "
+        "anytime-valid interval of its index difference leaves 0 out (the order on the whole set, "
+        "valid after stopping) and its ordinary p-value over the questions asked separates it "
+        "(the claim beyond the set every other pair makes), and no difference of a metric. "
         "Not scored here: "
         "aa_omniscience_decision, when2call, wildguardtest, so no whole-set index is shown (the "
         "run's is over every evaluation it asked: its summary.json has it); each model's questions "

@@ -77,12 +77,12 @@ def test_a_pair_with_a_stopped_model_is_claimed_only_by_its_anytime_paired_inter
     text = _printed(tmp_path / "out")
     assert (
         "Ranked by Decision Index in statistically tied groups (max-T step-down over every pair, "
-        "adjusted p < 0.05; an adaptive run's estimates parted only by their anytime-valid "
-        "paired intervals, and where their own intervals part): "
+        "adjusted p < 0.05; an adaptive run's estimates parted only where their anytime-valid "
+        "paired intervals and their own intervals part too): "
         "{systemone:m100, systemone:m50, systemone:m00}; adjacent: systemone:m100 − "
-        "systemone:m50 +57.7 (p_adj < 0.001; not claimed: not valid after stopping), "
-        "systemone:m50 − systemone:m00 +42.3 (p_adj < 0.001; not claimed: not valid after "
-        "stopping)"
+        "systemone:m50 +57.7 (p_adj < 0.001; not claimed: its anytime-valid interval "
+        "[-18.6, +79.7] holds 0), systemone:m50 − systemone:m00 +42.3 (p_adj < 0.001; not "
+        "claimed: its anytime-valid interval [-45.8, +75.9] holds 0)"
     ) in text
     assert "†" not in text
     # `dxi score` of the cache claims the same; its report's matrix and comparisons table say so
@@ -98,7 +98,14 @@ def test_a_pair_with_a_stopped_model_is_claimed_only_by_its_anytime_paired_inter
         html=True,
     )
     report = (tmp_path / "report" / "report.html").read_text()
-    assert report.count("not claimed: not valid after stopping") == 6  # 3 pairs, both ways
+    # 3 pairs, both ways: which half failed (the fixed-sample test separates them), in place of p
+    cell = '<span class="ci">p_adj &lt; 0.001; not claimed: its anytime-valid interval '
+    assert report.count(cell) == 6
+    assert (
+        '<span class="ci">p_adj &lt; 0.001; not claimed: its anytime-valid interval '
+        "[-45.8, +75.9] holds 0</span>" in report
+    )
+    assert '<span class="ci">p_adj &lt; 0.001; not claimed: not valid' not in report
     assert '"ci">not claimed: bounds overlap' not in report and 'class="sig"' not in report
     with (tmp_path / "report" / "tables" / "comparisons.csv").open() as f:
         rows = [r for r in csv.DictReader(f) if r["metric"] == "decision_index"]
@@ -111,12 +118,13 @@ def test_a_pair_with_a_stopped_model_is_claimed_only_by_its_anytime_paired_inter
             r["claim"],
             r["anytime_low"],
             r["anytime_high"],
+            r["fixed_sample_significant"],
         )
         for r in rows
     ] == [
-        (C, B, "false", "false", "anytime-valid", "-18.589996", "79.707031"),
-        (C, A, "false", "false", "anytime-valid", "-24.414675", "100.0"),
-        (B, A, "false", "false", "anytime-valid", "-45.815887", "75.920259"),
+        (C, B, "false", "false", "anytime-valid", "-18.589996", "79.707031", "true"),
+        (C, A, "false", "false", "anytime-valid", "-24.414675", "100.0", "true"),
+        (B, A, "false", "false", "anytime-valid", "-45.815887", "75.920259", "true"),
     ]
     # dxi view's compare page: B − A, turned round, not claimed, its anytime interval
     text = " ".join(
@@ -124,10 +132,8 @@ def test_a_pair_with_a_stopped_model_is_claimed_only_by_its_anytime_paired_inter
             page(data, cache, f"/compare/hle_multichoice?a={quote(B)}&b={quote(A)}")
         ).split()
     )
-    assert (
-        "not claimed: not valid after stopping (anytime-valid 95% interval [-45.8, +75.9])" in text
-    )
-    assert text.count("not claimed: not valid after stopping") == 2  # the index, HLE's accuracy
+    assert "p_adj < 0.001; not claimed: its anytime-valid interval [-45.8, +75.9] holds 0" in text
+    assert text.count("not claimed: not valid after stopping") == 1  # HLE's accuracy
 
 
 @pytest.mark.slow
@@ -160,7 +166,7 @@ def test_a_pair_of_exact_models_keeps_its_claim_and_a_stopped_one_is_claimed_whe
     # every pair claimed (by its own rule): every model its own group
     assert s["ranking"]["groups"] == [[C], [B], [A]]
     assert (
-        "and where their own intervals part): {systemone:m100} > {systemone:m50} > "
+        "and their own intervals part too): {systemone:m100} > {systemone:m50} > "
         "{systemone:m00}; adjacent: systemone:m100 − systemone:m50 +59.1 (p_adj < 0.001 †), "
         "systemone:m50 − systemone:m00 +40.9 (p_adj < 0.001 †)"
     ) in _printed(out)

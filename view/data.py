@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 
 from dxi.cache import Cache
 from dxi.evals import EVALS, PROMPT_VERSION, Suite, Task, gold_frames
-from dxi.scoring import adaptive, records
+from dxi.scoring import adaptive, records, stopped_pairs
 from dxi.scoring.calibration import ECE_BINS, answer_terms
 from dxi.scoring.compare import open_counts
 from dxi.scoring.cost import USAGE_COLUMNS, batch_price, known_cost
@@ -650,8 +650,10 @@ class Browser:
         figure is provisional, ``settled`` (false: its failed and missing answers could overturn the
         difference, which is not claimed, ``scoring.bounds``) and ``bounds`` {"a": [lowest,
         highest], "b": [...]} (a complete figure's [value, value]); in an adaptive run's summary
-        ``claim`` and, for a pair with an estimate, ``settled`` and the index's ``anytime_ci``
-        (``scoring.stopped_pairs``). Empty for a model compared with itself."""
+        ``claim`` and, for a pair with an estimate, ``settled``, the index's ``anytime_ci`` and
+        ``fixed_sample_significant`` (``scoring.stopped_pairs``), and ``said``: for such a pair
+        not claimed, the p-value and which half of its claim failed (``stopped_pairs.said``),
+        else None. Empty for a model compared with itself."""
         self.model(a), self.model(b)
         out = []
         for comparison in unset(self.summary.comparisons) or []:
@@ -667,6 +669,8 @@ class Browser:
                     "a": self._bounds(a, comparison.eval, comparison.metric),
                     "b": self._bounds(b, comparison.eval, comparison.metric),
                 }
+            # an adaptive run's pair not claimed: which half failed (``stopped_pairs.said``)
+            c["said"] = stopped_pairs.said(c, turned=c["a"] != a)
             if c["a"] == a:
                 out.append(c)
                 continue

@@ -5,9 +5,8 @@ ranking line's pairs adjacent in rank (``adjacent``)."""
 
 from __future__ import annotations
 
-from dxi.scoring import adaptive
+from dxi.scoring import adaptive, records, stopped_pairs
 from dxi.scoring.records import Summary, unset
-from dxi.scoring.stopped_pairs import ANYTIME, NOT_CLAIMED, NOT_VALID
 from dxi.scoring.summary import signed
 
 ABBREVIATIONS = (
@@ -35,21 +34,21 @@ def index_legend(summary: Summary) -> str:
 def adjacent(summary: Summary, ranked: list[str], key_of: dict[str, str]) -> str:
     """ "; adjacent: A − B +3.2 (p_adj < 0.001), …": for each pair adjacent in rank order
     (``ranked``), the index's difference and its adjusted p-value from the summary's comparisons
-    (``scoring.compare``; † where significant; "not claimed: not valid after stopping" where an
-    adaptive run's pair is not claimed, ``scoring.stopped_pairs``); "" without comparisons."""
+    (``scoring.compare``; † where significant; where an adaptive run's pair is not claimed, which
+    half failed: ``scoring.stopped_pairs.said``); "" without comparisons."""
     found = {}
     for c in unset(summary.comparisons) or []:
         if c.metric == "decision_index" and c.difference is not None:
-            # an adaptive run's pair its anytime-valid interval does not claim (stopped_pairs)
-            stopped = unset(c.claim) in (ANYTIME, NOT_VALID) and not c.settled
-            found[(c.a, c.b)] = (c.difference, c.p_adjusted, c.significant, stopped)
-            found[(c.b, c.a)] = (-c.difference, c.p_adjusted, c.significant, stopped)
+            entry = records.to_builtins(c)
+            note, turned = stopped_pairs.said(entry), stopped_pairs.said(entry, turned=True)
+            found[(c.a, c.b)] = (c.difference, c.p_adjusted, c.significant, note)
+            found[(c.b, c.a)] = (-c.difference, c.p_adjusted, c.significant, turned)
     parts = []
     for a, b in zip(ranked, ranked[1:], strict=False):
         if (a, b) not in found:
             continue
-        d, p, sig, stopped = found[(a, b)]
+        d, p, sig, note = found[(a, b)]
         shown = "—" if p is None else "< 0.001" if p < 0.001 else f"{p:.3f}"
-        mark = " †" if sig else f"; {NOT_CLAIMED}" if stopped else ""
-        parts.append(f"{key_of[a]} − {key_of[b]} {signed(d)} (p_adj {shown}{mark})")
+        said = note or f"p_adj {shown}{' †' if sig else ''}"
+        parts.append(f"{key_of[a]} − {key_of[b]} {signed(d)} ({said})")
     return "; adjacent: " + ", ".join(parts) if parts else ""

@@ -483,8 +483,8 @@ def print_summary(
             "Ranked by Decision Index in statistically tied groups (max-T step-down over "
             "every pair, adjusted p < 0.05"
             + (
-                "; an adaptive run's estimates parted only by their anytime-valid paired "
-                "intervals, and where their own intervals part"
+                "; an adaptive run's estimates parted only where their anytime-valid paired "
+                "intervals and their own intervals part too"
                 if any(adaptive.estimated(summary, m) for m in summary.models)
                 else ""
             )
