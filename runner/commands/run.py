@@ -273,7 +273,8 @@ def _left(stats: Iterable[Stats], remaining: int, cost: str, adaptive: bool) -> 
 
 def _held(done: Counts | None) -> str:
     """What this run's batches still open hold (each model's ``batches.open``): `` of this run (16
-    request(s), at most $3200.0000 reserved)``; "" when none (or not counted)."""
+    request(s), at most $3200.0000 reserved)``, or what they reserved for their input when that
+    bounds nothing (``input_usd``); "" when none (or not counted)."""
     held = [
         b["batches"]["open"]
         for b in (done.requests.values() if done else ())
@@ -283,6 +284,9 @@ def _held(done: Counts | None) -> str:
         return ""
     usd = [h["reserved_usd"] for h in held if h["reserved_usd"] is not None]
     most = f", at most ${sum(usd):.4f} reserved" if usd else ""
+    if inputs := [h for h in held if "input_usd" in h]:  # no bound of their cost: say so
+        usd += [h["input_usd"] for h in inputs]
+        most = f", ${sum(usd):.4f} reserved for their input; {inputs[0]['cost_reason']}"
     return f" of this run ({sum(h['requests'] for h in held):,} request(s){most})"
 
 

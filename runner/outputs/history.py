@@ -222,6 +222,8 @@ def batch_spend(block: dict) -> list[str]:
     if held := batches.get("open"):
         usd = held["reserved_usd"]
         most = "" if usd is None else f", at most ${usd:.4f} (their reservations)"
+        if "input_usd" in held:  # the reservations held their input alone: no bound
+            most = f", ${held['input_usd']:.4f} reserved for their input ({held['cost_reason']})"
         lines.append(
             f"{held['requests']:,} request(s) in batches still open at the provider{most}, not in "
             "this run's cost: the run that collects them records what they cost"
