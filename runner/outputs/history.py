@@ -190,12 +190,12 @@ def prices(out: Path) -> dict[str, tuple[tuple[float | None, ...], str | None]]:
         selection = line.get("selection")
         given = selection.get("prices") if isinstance(selection, dict) else None
         for name, price in (given or {}).items() if isinstance(given, dict) else ():
-            if name not in found and _is_price(price):
+            if name not in found and is_price(price):
                 found[name] = (tuple(price), line.get("started"))
     return found
 
 
-def _is_price(value) -> bool:
+def is_price(value) -> bool:
     """A price tuple as a line writes it: a list of at least two numbers >= 0, then numbers or
     nulls."""
     numbers = (int, float)
