@@ -139,6 +139,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     paths.output_folder(plan.out, options.named(args, "out", "--out"))
     options.repair(plan.out)  # a commit a kill cut short: settled before the run
     staging.writing(plan.out)  # a stop from here on says what OUT holds (left as it was, ...)
+    report = staging.report_held(plan.out)  # an earlier report, which this scoring takes away
     if plan.until is not None and getattr(args, "shard", None):
         raise UsageError(
             "--until and --shard do not combine: each round is decided on every answer of a "
@@ -179,6 +180,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         if done is not None:  # the providers it stopped, as a run that ends says them
             _tell_stopped(done.stopped, console)
         options.make_console(stderr=True).print(f"[yellow]{escape(head)}[/] {escape(rest)}")
+        _removed(report, plan.out, console)
         return code
     except CacheWriteError as exc:
         done = getattr(exc, "counts", None)  # what it sent and spent by then (runner.session)
@@ -193,7 +195,19 @@ def main(args: argparse.Namespace, console: Console) -> int:
     _tell(result, plan.max_cost, console)
     if result.exit_code in (EXIT_COST_BOUND, EXIT_PROVIDER_STOPPED):  # stopped early: the outputs
         console.print(escape(_outputs(result, plan.out)), highlight=False)
+    _removed(report, plan.out, console)
     return code
+
+
+def _removed(report: list[str], out, console: Console) -> None:
+    """The note of the report (``report``: what ``out`` held of it before the run) the run's scoring
+    took away, as ``dxi score`` says it (``runner.outputs.staging.removed_note``)."""
+    from rich.markup import escape
+
+    from ..outputs import staging
+
+    if (note := staging.removed_note(out, report)) is not None:
+        console.print(f"[yellow]note:[/] {escape(note)}")
 
 
 def _print_summary(summary, console: Console, out, shard=None) -> None:
