@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .. import signals
 from ..distributed import setup as distributed
 from ..errors import EXIT_CACHE_WRITE, EXIT_COST_BOUND, EXIT_PROVIDER_STOPPED, UsageError
+from ..outputs import amounts
 from ..planning import numbers, paths
 from . import options
 
@@ -378,10 +379,10 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
         remaining = bound["remaining_requests"]  # what the next run sends: the cache's count
         # a reply of unknown cost is charged its reservation: what was spent is at most that
         most = "at most " if any(s.cost_at_reservation_usd for s in result.stats.values()) else ""
-        spent = f"spent {most}${result.spent_usd:.6f} of ${max_cost:g} in this run"
+        spent = f"spent {most}${result.spent_usd:.6f} of {amounts.usd(max_cost)} in this run"
         if (by_all := bound.get("spent_by_all_usd")) is not None:  # the bound is the whole run's
             spent = (
-                f"spent {most}${result.spent_usd:.6f} in this process, ${by_all:.6f} of ${max_cost:g} "
+                f"spent {most}${result.spent_usd:.6f} in this process, ${by_all:.6f} of {amounts.usd(max_cost)} "
                 "by every process sharing the bound (--coordinator)"
             )
         console.print(

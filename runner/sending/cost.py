@@ -39,6 +39,7 @@ from typing import NamedTuple
 from dxi.adapters import Adapter, AdapterError, Reply, Request, Unreachable
 from dxi.evals import Task
 
+from ..outputs import amounts
 from ..planning.tokens import input_bound
 
 
@@ -80,7 +81,7 @@ class Budget:
                 if not w.done():
                     w.set_result(None)
             raise CostBoundReached(
-                f"the cost bound of ${self.max_usd:g} leaves no room for another request"
+                f"the cost bound of {amounts.usd(self.max_usd)} leaves no room for another request"
             )
         self.reserved += usd
         self.in_flight += 1
