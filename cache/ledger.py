@@ -13,8 +13,9 @@ An **entry** is one batch of ours. Its events, in order (``Entry`` folds them):
 
 * ``intent``: the entry's id (``dxi-...``, the tag a provider that allows one carries: OpenAI
   ``metadata``, a Gemini ``displayName``), the model, how many requests and bytes, what its worst
-  case was reserved at, and (Anthropic, which tags nothing) ``ref``: the newest batch the provider
-  listed just before;
+  case was reserved at, the run's ``price`` (when it had one: what ``dxi batches collect`` prices
+  its results at when no run-history line has it), and (Anthropic, which tags nothing) ``ref``: the
+  newest batch the provider listed just before;
 * ``uploaded``: the input file's id (OpenAI, Gemini: the Files API);
 * ``submitted``: the provider's batch id, written the instant the provider's reply is read;
 * ``state``: the provider's state when it changed (and its request counts);
@@ -93,14 +94,16 @@ class Entry:
     ``identity``: the model configuration's digest (``runner.dispatch.identity``); ``label``: the
     model's name in reports; ``kind`` / ``base_url``: the adapter and server; ``requests`` /
     ``bytes``: the batch's size; ``reserved_usd``: its worst-case cost reserved under ``--max-cost``
-    (None: no bound); ``ref``: where the provider's batch listing stood before the create
-    (``BatchAPI.reference``: a provider without a tag; None elsewhere); ``file_id``: the uploaded
-    input file; ``batch_id``: the provider's; ``guessed``: the batch was adopted by its size and
-    creation time (a provider without a tag), so it may be another client's; ``state``: the
-    provider's last state; ``outcome``: how it ended (None while running); ``output``: where its
-    results are (provider-specific); ``returned``: the keys given back when it was collected;
-    ``unmatched``: results not stored for want of their task; ``cancel_at``: when a cancellation was
-    asked for; ``stop``: why its collection stopped the model's batch mode, for every run until
+    (None: no bound); ``price``: the price the run that submitted it gave the model (the price tuple
+    of ``scoring.cost``, as a list; None: none, or a ledger older than it); ``ref``: where the
+    provider's batch listing stood before the create (``BatchAPI.reference``: a provider without a
+    tag; None elsewhere); ``file_id``: the uploaded input file; ``batch_id``: the provider's;
+    ``guessed``: the batch was adopted by its size and creation time (a provider without a tag), so
+    it may be another client's; ``state``: the provider's last state; ``outcome``: how it ended
+    (None while running); ``output``: where its results are (provider-specific); ``returned``: the
+    keys given back when it was collected; ``unmatched``: results not stored for want of their task;
+    ``cancel_at``: when a cancellation was asked for; ``stop``: why its collection stopped the
+    model's batch mode, for every run until
     ``dxi batches     resume`` (None: it did not, or resumed); ``cleaned``: its files at the
     provider were deleted (or that was tried)."""
 
@@ -115,6 +118,7 @@ class Entry:
     host: str = ""
     pid: int = 0
     reserved_usd: float | None = None
+    price: list | None = None
     ref: dict | None = None
     file_id: str | None = None
     batch_id: str | None = None
@@ -174,6 +178,7 @@ class Entry:
                 "host",
                 "pid",
                 "reserved_usd",
+                "price",
                 "ref",
             ):
                 if name in event:
@@ -300,8 +305,8 @@ class Ledger:
     def intent(self, entry_id: str, keys: Iterable[str], **fields: object) -> None:
         """Record a batch about to be made: its keys file first (written whole, fsync'd, renamed
         into place), then its ``intent`` event (``fields``: ``identity``, ``label``, ``kind``,
-        ``base_url``, ``requests``, ``bytes``, ``reserved_usd``). Nothing is sent to the provider
-        before this returns."""
+        ``base_url``, ``requests``, ``bytes``, ``reserved_usd``, ``price``). Nothing is sent to the
+        provider before this returns."""
         target = self.folder / f"{entry_id}.keys"
         tmp = self.folder / f".{entry_id}.keys.{os.getpid()}.tmp"
         try:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from dxi.lazy import LazyModule
 
 from .batch.options import BatchStats
-from .sending.cost import UNBOUNDED
+from .sending.cost import OPEN_UNBOUNDED, UNBOUNDED
 from .sending.stops import stopped_providers
 
 _estimate = LazyModule("dxi.runner.planning.estimate")
@@ -94,6 +94,7 @@ def counts(
         {label: s.refused for label, s in stats.items()},
     )
     earlier = sum(getattr(s, "from_earlier_usd", 0.0) for s in stats.values())
+    # under a bound every reservation bounds its request (the plan refuses output without a cap)
     held = sum(getattr(s, "open_reserved_usd", 0.0) for s in stats.values())
     bound = None if max_cost is None else bound_block(budget, remaining, earlier, held)
     return Counts(requests_block(stats), bound, stopped)
@@ -166,12 +167,19 @@ def requests_block(stats: Mapping[str, Stats]) -> dict[str, dict]:
             if s.earlier_entries:  # whose batches: their runs' lines list them under ``open``
                 block["batches"]["from_earlier_entries"] = sorted(s.earlier_entries)
             if s.open_requests:  # committed under this run's bound; collected by a later run
+                usd = None if s.cost_usd is None else round(s.open_reserved_usd, 6)
                 block["batches"]["open"] = {
                     "entries": sorted(s.open_entries),
                     "requests": s.open_requests,
                     "answers": s.open_answers,
-                    "reserved_usd": (None if s.cost_usd is None else round(s.open_reserved_usd, 6)),
+                    "reserved_usd": usd,
                 }
+                if usd is not None and s.open_unbounded:  # their input alone: no bound
+                    block["batches"]["open"] |= {
+                        "reserved_usd": None,
+                        "input_usd": usd,
+                        "cost_reason": OPEN_UNBOUNDED,
+                    }
         blocks[label] = block
     return blocks
 

@@ -333,7 +333,7 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
     )
     path = None
     # an earlier report here, which this scoring takes away (``runner.outputs.staging``)
-    stale = [] if html else [n for n in ("report.html", "tables") if (out / n).exists()]
+    stale = [] if html else _staging.report_held(out)
     with Cache(selection.cache_dir, remote=selection.remote) as cache:
         to_score = models_to_score(cache, selection)
         suite = scored_suite(selection, to_score)
@@ -389,11 +389,8 @@ def rescore(selection: Selection, html: bool = False) -> Rescored:
             line = unsettled(summary)
             if line is not None:
                 to_score.notes.append(line)
-    if stale:
-        to_score.notes.append(
-            f"{' and '.join(str(out / n) for n in stale)} (an earlier scoring's, which "
-            "summary.json no longer matches) were removed: `dxi report` writes them for this one"
-        )
+    if (removed := _staging.removed_note(out, stale)) is not None:
+        to_score.notes.append(removed)
     # summary.json now holds the cache's figures; what the runs sent and spent is in
     # run-history.jsonl
     if (runs := history.note(out)) is not None:

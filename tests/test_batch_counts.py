@@ -778,3 +778,115 @@ def test_dxi_score_run_later_says_which_missing_answers_open_batches_hold(tmp_pa
                 "that its 2 open batch(es) at the provider hold, which `dxi batches collect` or the "
                 "next `dxi run` collects (dxi batches list)."
             ) in said, said
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_a_batch_left_open_without_a_bound_on_its_output_is_not_called_at_most(tmp_path: Path):
+    """A ``--batch`` run with no ``--max-cost`` and no output cap submits one batch of 16 requests
+    (input free, output priced: each reservation holds its input alone, $0) and Ctrl-C stops it
+    while the batch runs (100,000 status reads).
+
+    Expected, by hand: the open batch's ``reserved_usd`` null (the old code: $0, "at most"),
+    ``input_usd`` $0 and the reason; no ``cost_bound``; the last line says "$0.0000 reserved for
+    their input; their output is not bounded" (the old code: "at most $0.0000 reserved"), and so
+    does the usage table."""
+    import signal
+    import time
+
+    data_dir(tmp_path / "data", TASKS)
+    with serve(model=None, record=False, batch={"polls": 100000}) as server:
+        cmd = [DXI, "run", "--data-dir", str(tmp_path / "data"), "--evals", "when2call"]
+        cmd += ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
+        cmd += ["--model", f"openai:m@{server.url}/v1", "--price", PRICE, "--batch"]
+        cmd += ["--poll", "0.05"]
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+            give_up = time.monotonic() + 60
+            while server.stats()["batch_creates"] < 1 and time.monotonic() < give_up:
+                time.sleep(0.05)
+            time.sleep(0.3)
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=60)
+    assert "Traceback" not in out + err, err
+    assert p.returncode == 130, out + err
+    (history,) = [orjson.loads(line) for line in (tmp_path / "out" / "run-history.jsonl").open()]
+    held = history["requests"]["openai:m"]["batches"]["open"]
+    (entry,) = held.pop("entries")
+    reason = (
+        "their output is not bounded (no --max-cost, no output cap: max_completion_tokens, "
+        "max_tokens, maxOutputTokens)"
+    )
+    assert held == {
+        "requests": 16,
+        "answers": 16,
+        "reserved_usd": None,
+        "input_usd": 0.0,
+        "cost_reason": reason,
+    }
+    assert history["cost_bound"] is None
+    assert (
+        f"Open batches of this run (16 request(s), $0.0000 reserved for their input; {reason}) "
+        "keep running at the provider"
+    ) in " ".join(err.split())
+    assert (
+        "16 request(s) in batches still open at the provider, $0.0000 reserved for their input "
+        f"({reason}), not in this run's cost"
+    ) in " ".join(out.split())
+
+
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.parametrize("ledger", ["priced", "older"])
+def test_dxi_batches_collect_prices_a_killed_runs_batch_as_its_ledger_recorded_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ledger: str
+):
+    """A ``--batch --price`` run is killed (SIGKILL) right after its batch of 16 requests is
+    submitted: it writes no line in run-history.jsonl. ``dxi batches collect --wait`` is given no
+    ``--price``; with an ``older`` ledger its intent has no ``price`` (taken out by hand).
+
+    Expected, by hand: the intent records the run's price [0, 400000]; collect says where it took
+    it and its line has ``cost_usd`` $16.00 (16 answers at $1.00; the old code: null, silently).
+    From the older ledger: ``cost_usd`` null, and a warning names the model and ``--price``."""
+    data_dir(tmp_path / "data", TASKS)
+    with serve(model=None, record=False) as server:
+        monkeypatch.setenv("DXI_FAILPOINT", "submitted")
+        assert dxi_run(tmp_path, server.url)[0] == -9
+        monkeypatch.delenv("DXI_FAILPOINT")
+        path = tmp_path / "cache" / "batches" / "ledger.jsonl"
+        events = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+        (intent,) = [e for e in events if e["event"] == "intent"]
+        assert intent["price"] == [0.0, 400000.0]
+        if ledger == "older":
+            path.write_bytes(
+                b"".join(
+                    orjson.dumps({k: v for k, v in e.items() if k != "price"}) + b"\n"
+                    for e in events
+                )
+            )
+        done = subprocess.run(
+            [DXI, "batches", "collect", "--data-dir", str(tmp_path / "data")]
+            + ["--evals", "when2call", "--cache-dir", str(tmp_path / "cache")]
+            + ["--out", str(tmp_path / "out"), "--model", f"openai:m@{server.url}/v1"]
+            + ["--param", "max_completion_tokens=1000", "--wait", "--poll", "0.05"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    out, err = " ".join(done.stdout.split()), " ".join(done.stderr.split())
+    assert done.returncode == 0, out + err
+    assert "openai:m: 16 result(s) stored, 0 given back" in out
+    (line,) = [orjson.loads(line) for line in (tmp_path / "out" / "run-history.jsonl").open()]
+    warning = (
+        "warning: openai:m: no price for this model (none given, none recorded by its run or its "
+        "batches): what it collected has cost_usd null in run-history.jsonl; give it with --price "
+        "MODEL=IN/OUT (USD per million input / output tokens)"
+    )
+    if ledger == "priced":
+        assert line["requests"]["openai:m"]["cost_usd"] == 16.0
+        assert (
+            f"openai:m: priced as its batch {intent['entry']} recorded it (the batch ledger)" in out
+        )
+        assert "no price" not in err
+    else:
+        assert line["requests"]["openai:m"]["cost_usd"] is None
+        assert warning in err, err

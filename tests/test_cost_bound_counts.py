@@ -260,3 +260,34 @@ async def test_a_provider_stopped_in_a_run_stopped_by_the_bound_gets_its_own_lin
         "provisional, 38 answer(s) missing, left out of every figure (their bounds are in "
         "summary.json); the next run sends the missing ones."
     )
+
+
+async def test_a_tiny_bound_is_written_in_fixed_point_as_the_spend_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """``--max-cost 0.0000001``: no request ($0.25 each) fits, the run stops before it sends one.
+
+    Expected, by hand: the start line says "cost bound $0.0000001" and the closing line "spent
+    $0.000000 of $0.0000001" (the old code: "$1e-07" in both, ``:g``)."""
+    async with FakeProvider(model=None) as server:
+        rows(tmp_path / "data", range(2))
+        path = write_run_file(
+            tmp_path,
+            {"pa": (server.url, 60000)},
+            [{"name": "A", "provider": "pa", "model": "a", "price": PRICE}],
+        )
+        code = await asyncio.to_thread(main, ["run", str(path), "--max-cost", "0.0000001"])
+        out = " ".join(capsys.readouterr().out.split())
+        assert (code, server.stats()["arrivals"]) == (EXIT_COST_BOUND, 0)
+    assert ", cost bound $0.0000001" in out
+    assert "Stopped at the cost bound: spent $0.000000 of $0.0000001 in this run" in out
+
+
+@pytest.mark.parametrize(
+    ("usd", "text"),
+    [(1e-7, "$0.0000001"), (2.5, "$2.5"), (5000.0, "$5000"), (5 / 3, "$1.66667"), (0.0, "$0")],
+)
+def test_an_amount_given_is_written_back_in_fixed_point(usd: float, text: str):
+    from dxi.runner.outputs.amounts import usd as written
+
+    assert written(usd) == text

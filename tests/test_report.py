@@ -279,6 +279,29 @@ def test_score_after_a_report_takes_the_report_away_and_says_so(
     ) in done.notes
 
 
+def test_run_after_a_report_takes_the_report_away_and_says_so(
+    report: Path, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """`dxi run` of the embedded model into a folder holding a report, every answer in the cache
+    (exit 0), writes summary.json and answers.parquet and takes the report away, as `dxi score`
+    does, and says so with its note (the old code: removed them silently)."""
+    code = main(
+        ["run", "--model", MODEL, "--data-dir", str(data_dir), "--cache-dir"]
+        + [str(tmp_path / "cache"), "--out", str(report)]
+    )
+    printed = " ".join(capsys.readouterr().out.split())
+    assert code == 0, printed
+    assert sorted(p.name for p in report.iterdir()) == [
+        "answers.parquet",
+        "run-history.jsonl",
+        "summary.json",
+    ]
+    assert (
+        f"note: {report / 'report.html'} and {report / 'tables'} (an earlier scoring's, which "
+        "summary.json no longer matches) were removed: `dxi report` writes them for this one"
+    ) in printed
+
+
 def test_model_output_in_the_report_is_text_not_markup(report: Path):
     html = (report / "report.html").read_text()
     assert "<script" not in html.lower()

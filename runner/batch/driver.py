@@ -267,7 +267,8 @@ class ModelBatches(Submitting, Collecting):
         """The run ends (or a stop cut it): every reservation still held is released, and those of
         the requests in this run's batches still open (``claimed``: key -> entry, the ledger's) are
         recorded as what the run committed (``BatchStats.open_*``: at most their cost; the run
-        that collects them records what they cost, ``from_earlier_usd``)."""
+        that collects them records what they cost, ``from_earlier_usd``; without ``--max-cost`` a
+        model whose output has no cap reserves its input alone: ``open_unbounded``)."""
         for key in list(self.reserved):
             reserved = self.reserved.pop(key)
             self.budget.settle(reserved, 0.0)
@@ -276,6 +277,8 @@ class ModelBatches(Submitting, Collecting):
                 self.stats.open_requests += 1
                 self.stats.open_answers += len(self.waiting[key][0].questions)
                 self.stats.open_reserved_usd += reserved
+                if not self.charge.is_bound(self.adapter, self.waiting[key][0]):
+                    self.stats.open_unbounded += 1  # its input alone: no bound of its cost
 
     # ---- streaming and submitting -------------------------------------------------------------
     async def _stream(self) -> None:

@@ -61,7 +61,9 @@ class BatchStats(Stats):
     ``open_requests``, ``open_answers``, ``open_reserved_usd``: this run's batches still open when
     it ended (a stop): their ledger entries, requests, answers and what their reservations held
     under this run's bound (at most their cost: not in ``cost_usd``, the run that collects them
-    records what they cost); ``earlier_entries``: the ledger entries of the earlier runs' batches
+    records what they cost), ``open_unbounded`` how many of those requests' reservations leave out
+    output nothing caps (``Charge.is_bound`` False: their input alone, no bound of their cost);
+    ``earlier_entries``: the ledger entries of the earlier runs' batches
     this one collected (``from_earlier``); ``collected_entries``: every entry it collected."""
 
     submitted: int = 0
@@ -80,6 +82,7 @@ class BatchStats(Stats):
     open_requests: int = 0
     open_answers: int = 0
     open_reserved_usd: float = 0.0
+    open_unbounded: int = 0
     earlier_entries: set[str] = field(default_factory=set)
     collected_entries: set[str] = field(default_factory=set)
 

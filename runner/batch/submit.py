@@ -332,6 +332,9 @@ class Submitting:
             bytes=builder.bytes,
             reserved_usd=(round(reserved, 6) if self.budget.max_usd is not None else None),
             **({"ref": ref} if ref is not None else {}),
+            # the run's price: what dxi batches collect prices the results at when no run-history
+            # line has it (a run killed before it wrote one)
+            **({"price": list(self.model.price)} if self.model.price is not None else {}),
         )
         self.reserved.update(builder.reserved)
         for key in builder.keys:

@@ -238,11 +238,13 @@ def _collect(args: argparse.Namespace, console: Console, say) -> int:
         return 0
     paths.cache_folder(plan.cache_dir, where)  # results go there
     paths.output_folder(plan.out, options.named(args, "out", "--out"))  # and its line
-    for label, (price, when) in history.prices(plan.out).items():  # as the run priced it
+    recorded = history.prices(plan.out)
+    for label, (price, when) in recorded.items():  # as the run priced it
         for m in plan.models:
             if m.label == label and not m.priced and m.price != price:
                 m.price = price
                 say(f"{label}: priced as its dxi run of {when} recorded it ({plan.out})")
+    _ledger_prices(plan, [m for m in plan.models if not m.priced and m.label not in recorded], say)
     stats: dict = {}
 
     def record(code: int) -> None:
@@ -277,7 +279,34 @@ def _collect(args: argparse.Namespace, console: Console, say) -> int:
             ),
             highlight=False,
         )
+        if s.cost_usd is None and s.ok + s.invalid + s.failed:  # their cost unknown: say so
+            options.make_console(stderr=True).print(
+                "[yellow]warning:[/] "
+                + escape(
+                    f"{label}: no price for this model (none given, none recorded by its run or "
+                    "its batches): what it collected has cost_usd null in run-history.jsonl; give "
+                    "it with --price MODEL=IN/OUT (USD per million input / output tokens)"
+                ),
+                highlight=False,
+            )
     return 0
+
+
+def _ledger_prices(plan, models: list, say) -> None:
+    """Price each of ``models`` (given no price, and none recorded in run-history.jsonl: a run
+    killed before it wrote its line) as the newest ledger entry of its batches recorded it (its
+    intent's ``price``, ``cache.ledger.Entry``; an older ledger has none)."""
+    from .. import open_batches
+    from ..outputs import history
+
+    if not models:
+        return
+    entries = sorted(open_batches.listed(plan.cache_dir, every=True), key=lambda e: e.created)
+    for m in models:
+        found = [e for e in entries if e.label == m.label and history.is_price(e.price)]
+        if found and tuple(found[-1].price) != m.price:
+            m.price = tuple(found[-1].price)
+            say(f"{m.label}: priced as its batch {found[-1].id} recorded it (the batch ledger)")
 
 
 def _list(args: argparse.Namespace, console: Console, shown: list[Entry]) -> int:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .. import signals
 from ..distributed import setup as distributed
 from ..errors import EXIT_CACHE_WRITE, EXIT_COST_BOUND, EXIT_PROVIDER_STOPPED, UsageError
+from ..outputs import amounts
 from ..planning import numbers, paths
 from . import options
 
@@ -139,6 +140,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     paths.output_folder(plan.out, options.named(args, "out", "--out"))
     options.repair(plan.out)  # a commit a kill cut short: settled before the run
     staging.writing(plan.out)  # a stop from here on says what OUT holds (left as it was, ...)
+    report = staging.report_held(plan.out)  # an earlier report, which this scoring takes away
     if plan.until is not None and getattr(args, "shard", None):
         raise UsageError(
             "--until and --shard do not combine: each round is decided on every answer of a "
@@ -179,6 +181,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         if done is not None:  # the providers it stopped, as a run that ends says them
             _tell_stopped(done.stopped, console)
         options.make_console(stderr=True).print(f"[yellow]{escape(head)}[/] {escape(rest)}")
+        _removed(report, plan.out, console)
         return code
     except CacheWriteError as exc:
         done = getattr(exc, "counts", None)  # what it sent and spent by then (runner.session)
@@ -193,7 +196,19 @@ def main(args: argparse.Namespace, console: Console) -> int:
     _tell(result, plan.max_cost, console)
     if result.exit_code in (EXIT_COST_BOUND, EXIT_PROVIDER_STOPPED):  # stopped early: the outputs
         console.print(escape(_outputs(result, plan.out)), highlight=False)
+    _removed(report, plan.out, console)
     return code
+
+
+def _removed(report: list[str], out, console: Console) -> None:
+    """The note of the report (``report``: what ``out`` held of it before the run) the run's scoring
+    took away, as ``dxi score`` says it (``runner.outputs.staging.removed_note``)."""
+    from rich.markup import escape
+
+    from ..outputs import staging
+
+    if (note := staging.removed_note(out, report)) is not None:
+        console.print(f"[yellow]note:[/] {escape(note)}")
 
 
 def _print_summary(summary, console: Console, out, shard=None) -> None:
@@ -273,7 +288,8 @@ def _left(stats: Iterable[Stats], remaining: int, cost: str, adaptive: bool) -> 
 
 def _held(done: Counts | None) -> str:
     """What this run's batches still open hold (each model's ``batches.open``): `` of this run (16
-    request(s), at most $3200.0000 reserved)``; "" when none (or not counted)."""
+    request(s), at most $3200.0000 reserved)``, or what they reserved for their input when that
+    bounds nothing (``input_usd``); "" when none (or not counted)."""
     held = [
         b["batches"]["open"]
         for b in (done.requests.values() if done else ())
@@ -283,6 +299,9 @@ def _held(done: Counts | None) -> str:
         return ""
     usd = [h["reserved_usd"] for h in held if h["reserved_usd"] is not None]
     most = f", at most ${sum(usd):.4f} reserved" if usd else ""
+    if inputs := [h for h in held if "input_usd" in h]:  # no bound of their cost: say so
+        usd += [h["input_usd"] for h in inputs]
+        most = f", ${sum(usd):.4f} reserved for their input; {inputs[0]['cost_reason']}"
     return f" of this run ({sum(h['requests'] for h in held):,} request(s){most})"
 
 
@@ -360,10 +379,10 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
         remaining = bound["remaining_requests"]  # what the next run sends: the cache's count
         # a reply of unknown cost is charged its reservation: what was spent is at most that
         most = "at most " if any(s.cost_at_reservation_usd for s in result.stats.values()) else ""
-        spent = f"spent {most}${result.spent_usd:.6f} of ${max_cost:g} in this run"
+        spent = f"spent {most}${result.spent_usd:.6f} of {amounts.usd(max_cost)} in this run"
         if (by_all := bound.get("spent_by_all_usd")) is not None:  # the bound is the whole run's
             spent = (
-                f"spent {most}${result.spent_usd:.6f} in this process, ${by_all:.6f} of ${max_cost:g} "
+                f"spent {most}${result.spent_usd:.6f} in this process, ${by_all:.6f} of {amounts.usd(max_cost)} "
                 "by every process sharing the bound (--coordinator)"
             )
         console.print(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EXIT_UPLOAD, UsageError
+from ..outputs import amounts
 from ..planning import numbers
 
 # Light at import (the command line's parser reads add_flags): what a run needs is imported when it
@@ -140,7 +141,7 @@ class Distributed:
                 spent = budget.spent_by_all_usd = await budget.spent_by_all()
                 if spent is not None:
                     _note(
-                        f"cost bound ${budget.max_usd:g}, shared by every process of run {self.coordinator.run}: "
+                        f"cost bound {amounts.usd(budget.max_usd)}, shared by every process of run {self.coordinator.run}: "
                         f"${spent:.6f} spent by all so far (this process: ${budget.spent:.6f})"
                     )
             await self.coordinator.close()

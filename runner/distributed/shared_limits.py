@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from dxi.adapters import AdapterError, Limits, RateLimited, Request
 
+from ..outputs import amounts
 from ..planning.shard import divide
 from ..sending.cost import Budget, CostBoundReached
 from ..sending.limits import BACKOFF, RECOVERY_S, ProviderLimiter, Ticket
@@ -311,14 +312,14 @@ class SharedBudget(Budget):
             if answer == -2:
                 self.stopped = True
                 raise CostBoundReached(
-                    f"the cost bound of ${self.bound:g} leaves no room for another request within the "
+                    f"the cost bound of {amounts.usd(self.bound)} leaves no room for another request within the "
                     f"shares of the shards reaching the coordinator (each shard of {self.c.shares} "
                     "out of reach keeps its share)"
                 )
             if answer < 0 or self.stopped:
                 self.stopped = True
                 raise CostBoundReached(
-                    f"the cost bound of ${self.bound:g} (for every process of the run) leaves "
+                    f"the cost bound of {amounts.usd(self.bound)} (for every process of the run) leaves "
                     "no room for another request"
                 )
             await asyncio.sleep(delay)

@@ -8,5 +8,6 @@
 * ``terminal``: the terminal's tables (summary, usage, measures, the dry run), fitted to its width;
 * ``history``: ``OUT/run-history.jsonl``, each run's line (what it sent, spent and where it
   stopped);
+* ``amounts``: a dollar amount the user gave (a cost bound), written back in fixed-point;
 * ``provenance``: what produced a result (``dxi_version``, the checkout's git state, the machine).
 """

@@ -190,12 +190,12 @@ def prices(out: Path) -> dict[str, tuple[tuple[float | None, ...], str | None]]:
         selection = line.get("selection")
         given = selection.get("prices") if isinstance(selection, dict) else None
         for name, price in (given or {}).items() if isinstance(given, dict) else ():
-            if name not in found and _is_price(price):
+            if name not in found and is_price(price):
                 found[name] = (tuple(price), line.get("started"))
     return found
 
 
-def _is_price(value) -> bool:
+def is_price(value) -> bool:
     """A price tuple as a line writes it: a list of at least two numbers >= 0, then numbers or
     nulls."""
     numbers = (int, float)
@@ -222,6 +222,8 @@ def batch_spend(block: dict) -> list[str]:
     if held := batches.get("open"):
         usd = held["reserved_usd"]
         most = "" if usd is None else f", at most ${usd:.4f} (their reservations)"
+        if "input_usd" in held:  # the reservations held their input alone: no bound
+            most = f", ${held['input_usd']:.4f} reserved for their input ({held['cost_reason']})"
         lines.append(
             f"{held['requests']:,} request(s) in batches still open at the provider{most}, not in "
             "this run's cost: the run that collects them records what they cost"

@@ -112,6 +112,28 @@ class Staging:
         return self.removed
 
 
+REPORT = ("report.html", "tables")
+"""The report's outputs: written by ``dxi report`` alone, taken away by a scoring without one."""
+
+
+def report_held(out: Path) -> list[str]:
+    """The report's outputs (``REPORT``) ``out`` holds now: what a scoring without a report (``dxi
+    run``, ``dxi score``) takes away; ``removed_note`` says so once it did."""
+    return [n for n in REPORT if (Path(out) / n).exists()]
+
+
+def removed_note(out: Path, held: list[str]) -> str | None:
+    """The note of a scoring that took away the report ``out`` held before it (``held``, from
+    ``report_held``); None when it took none away (or was stopped before it wrote)."""
+    gone = [n for n in held if not (Path(out) / n).exists()]
+    if not gone:
+        return None
+    return (
+        f"{' and '.join(str(Path(out) / n) for n in gone)} (an earlier scoring's, which "
+        "summary.json no longer matches) were removed: `dxi report` writes them for this one"
+    )
+
+
 def writing(out: Path) -> None:
     """Note that a scoring of this process will write into ``out`` (``dxi score`` and ``report``,
     first thing): a signal before its staging starts (loading, scoring) then says ``out`` is left as

@@ -21,6 +21,7 @@ from dxi.scoring.missing import selection_flags
 from dxi.scoring.records import UNSET, ModelEntry, Summary, unset
 from dxi.scoring.replies import model_notes
 
+from . import amounts
 from .history import batch_spend
 from .legend import adjacent, index_legend
 
@@ -309,11 +310,11 @@ def print_estimate(doc: dict, console: Console) -> None:
     if bound is not None:
         if t["bound_usd"] is not None and t["bound_usd"] <= bound:
             console.print(
-                f"max_cost ${bound:g}: the new requests cannot pass it; the run will complete."
+                f"max_cost {amounts.usd(bound)}: the new requests cannot pass it; the run will complete."
             )
         else:
             console.print(
-                f"[yellow]max_cost ${bound:g}[/]: the run may stop at the bound before it completes "
+                f"[yellow]max_cost {amounts.usd(bound)}[/]: the run may stop at the bound before it completes "
                 f"(expected cost {_usd(t['cost_usd'])}, at most {_usd(t['bound_usd'])}); rerun with a higher "
                 "bound to continue."
             )

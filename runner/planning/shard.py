@@ -31,6 +31,8 @@ from dataclasses import dataclass, replace
 
 from dxi.adapters import Limits
 
+from ..outputs import amounts
+
 # cache.index and cache.partition are imported where a shard is used, not here: the command line
 # checks --shard's value as it parses (runner.distributed.setup), before the cache is loaded
 
@@ -177,6 +179,6 @@ def keep_share(
             said.add(m.limits_key)
             notes.append(f"{m.limits_key}: {describe(share)} (1/{n} of {describe(whole)})")
     if max_cost is not None:
-        notes.append(f"cost bound: ${max_cost / n:g} (1/{n} of ${max_cost:g})")
+        notes.append(f"cost bound: {amounts.usd(max_cost / n)} (1/{n} of {amounts.usd(max_cost)})")
         max_cost = max_cost / n
     return max_cost, notes

@@ -39,6 +39,7 @@ from typing import NamedTuple
 from dxi.adapters import Adapter, AdapterError, Reply, Request, Unreachable
 from dxi.evals import Task
 
+from ..outputs import amounts
 from ..planning.tokens import input_bound
 
 
@@ -80,7 +81,7 @@ class Budget:
                 if not w.done():
                     w.set_result(None)
             raise CostBoundReached(
-                f"the cost bound of ${self.max_usd:g} leaves no room for another request"
+                f"the cost bound of {amounts.usd(self.max_usd)} leaves no room for another request"
             )
         self.reserved += usd
         self.in_flight += 1
@@ -110,6 +111,14 @@ UNBOUNDED = (
 )
 """The ``cost_reason`` of a model's ``requests`` cost when ``n`` attempts were settled at a
 reservation that bounds nothing (``Settled.bounded`` False)."""
+
+OPEN_UNBOUNDED = (
+    "their output is not bounded (no --max-cost, no output cap: max_completion_tokens, "
+    "max_tokens, maxOutputTokens)"
+)
+"""What a run's batches left open hold when some of their reservations leave out output nothing
+caps (``Charge.is_bound`` False, allowed without ``--max-cost`` alone): those reservations hold
+their input alone, so no figure says "at most" of what the batches cost."""
 
 
 MAX_COUNT = 2**63 - 1  # the cache's token columns are 64-bit integers

@@ -39,6 +39,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, Task, TimeEla
 from rich.table import Table
 from rich.text import Text
 
+from ..outputs import amounts
 from .cost import Budget
 from .scheduler import Stats
 
@@ -285,7 +286,7 @@ class RunProgress:
                 spend = (
                     spend[:-1]
                     + f" (run {'at most ' if run_most else ''}${self.budget.spent:.4f} of "
-                    + f"${self.budget.max_usd:g}{also}) "
+                    + f"{amounts.usd(self.budget.max_usd)}{also}) "
                 )
         if getattr(
             s, "in_batch", False
@@ -381,7 +382,7 @@ def start_line(
         names.append(label + (f" ({', '.join(notes)})" if notes else ""))
     n_tasks = sum(tasks.values())
     bound = (
-        f", cost bound ${budget.max_usd:g}"
+        f", cost bound {amounts.usd(budget.max_usd)}"
         if budget is not None and budget.max_usd is not None
         else ""
     )
