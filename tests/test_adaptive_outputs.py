@@ -755,3 +755,35 @@ def test_models_of_two_adaptive_runs_are_each_described_by_their_own_run():
     assert "runs" not in summary.adaptive and note(summary).startswith(
         "Adaptive run (--until precision=8, order seed 3, 4 rounds): a model stopped"
     )
+
+
+def test_the_hint_of_an_unfinished_adaptive_run_reaches_a_reason_with_a_note_after_it():
+    """WildGuardTest's reason goes on after its hint ("...; `dxi run` with --sample 20 sends what is
+    missing; f1_response_harm: undefined ..."): the rewrite to the adaptive rerun took only a reason
+    ending in the hint, so this one still told the user to send the whole set (trial 8)."""
+    from types import SimpleNamespace
+
+    from dxi.runner.outputs.adaptive import Unfinished, hint_unfinished
+    from dxi.scoring.records import UNSET
+
+    note = "; f1_response_harm: undefined (no positive gold label and no positive prediction)"
+    reasons = {
+        "when2call": "12 missing (not sent); `dxi run` with --sample 20 sends what is missing",
+        "wildguardtest": f"12 missing (not sent); `dxi run` with --sample 20 sends what is missing{note}",
+        "hle_multichoice": "12 missing (not sent); `dxi run` with --sample 20 sends what is missingly",
+    }
+    model = SimpleNamespace(
+        adaptive=UNSET,
+        evals={name: {"missing": 12, "reason": reason} for name, reason in reasons.items()},
+    )
+    hint_unfinished(SimpleNamespace(models=[model]), Unfinished("precision=3", 0, 1))
+    rerun = (
+        "12 missing (not sent); rerunning the adaptive run that did not finish (`dxi run ... "
+        "--until precision=3`) continues it, or `dxi run` with --sample 20 sends every missing "
+        "answer"
+    )
+    assert {name: block["reason"] for name, block in model.evals.items()} == {
+        "when2call": rerun,
+        "wildguardtest": rerun + note,
+        "hle_multichoice": reasons["hle_multichoice"],  # not the hint's words: left alone
+    }

@@ -433,9 +433,12 @@ def hint_unfinished(summary: Summary, left: Unfinished) -> Summary:
             if not block.get("missing") or not isinstance(reason, str):
                 continue
             head, sep, tail = reason.rpartition("; `dxi run` with ")
-            if sep and tail.endswith(_SENDS):
-                flags = tail[: -len(_SENDS)]
+            flags, sends, after = tail.partition(
+                _SENDS
+            )  # after: a note on the metrics that follows
+            if sep and sends and (not after or after.startswith(";")):
                 block["reason"] = (
                     f"{head}; {left.hint()}, or `dxi run` with {flags} sends every missing answer"
+                    f"{after}"
                 )
     return summary
