@@ -556,10 +556,10 @@ class ModelBatches(Submitting, Collecting):
         return ", ".join(f"{k} {v}" for k, v in status.counts.items() if isinstance(v, int)) or ""
 
     def _schedule(self, entry_id: str) -> None:
-        """The next status read of an entry: the wait grows by half each time, from ``poll_s`` to
-        ``max_poll_s``; once its cancel was asked (a deadline, ``dxi batches cancel``), every
-        ``poll_s`` (at most 5 s): what it leaves is sent by the synchronous fallback as soon as it
-        has ended."""
+        """The next status read of an entry: half the batch's age so far, from ``poll_s`` to
+        ``max_poll_s`` (a new batch's wait grows by half each time); once its cancel was asked (a
+        deadline, ``dxi batches cancel``), every ``poll_s`` (at most 5 s): what it leaves is sent by
+        the synchronous fallback as soon as it has ended."""
         running = time.time() - self.stats.running.get(entry_id, time.time())
         wait = min(self.options.max_poll_s, max(self.options.poll_s, running / 2))
         entry = self.ledger.entries().get(entry_id)

@@ -406,7 +406,8 @@ def add_batch_flags(g: argparse._ArgumentGroup, run: bool) -> None:
         type=numbers.POLL,
         metavar="SECONDS",
         default=POLL_S,
-        help="the first wait between two status reads of a batch; it grows by half each time up to 300 s",
+        help="the shortest wait between two status reads of a batch: each wait is half the "
+        "batch's age, from this up to 300 s",
     )
     g.add_argument(
         "--batch-size",
