@@ -322,8 +322,9 @@ def test_a_batch_left_open_by_ctrl_c_is_committed_by_its_run_and_costed_once_by_
         "records what they cost"
     ) in first
     assert (
-        "this run, openai:m: $16.0000 of it answered batches earlier runs submitted (paid under "
-        "their bounds, so not in this run's spend of its own: cost_bound.earlier_batches_usd)"
+        "this run, openai:m: $16.0000 of it answered batches earlier runs submitted (theirs, "
+        "under their bounds where they had one: not this run's own spend; under a bound, "
+        "cost_bound.earlier_batches_usd)"
     ) in second
 
 

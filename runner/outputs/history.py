@@ -210,14 +210,15 @@ def is_price(value) -> bool:
 def batch_spend(block: dict) -> list[str]:
     """What a model's ``requests`` block (``block``) says of the money of batches run across runs,
     for the lines under the usage table's ``this run`` column (``runner.outputs.terminal``): the
-    part of its ``cost_usd`` that answered earlier runs' batches (paid under their bounds), and the
-    batches this run left open (their reservations held under its bound, not in its
+    part of its ``cost_usd`` that answered earlier runs' batches (under their bounds, if any), and
+    the batches this run left open (their reservations held under its bound, not in its
     ``cost_usd``)."""
     batches, lines = block.get("batches") or {}, []
     if earlier := batches.get("from_earlier_runs_usd"):
         lines.append(
-            f"${earlier:.4f} of it answered batches earlier runs submitted (paid under their "
-            "bounds, so not in this run's spend of its own: cost_bound.earlier_batches_usd)"
+            f"${earlier:.4f} of it answered batches earlier runs submitted (theirs, under their "
+            "bounds where they had one: not this run's own spend; under a bound, "
+            "cost_bound.earlier_batches_usd)"
         )
     if held := batches.get("open"):
         usd = held["reserved_usd"]
