@@ -29,7 +29,7 @@ from dxi.scoring.missing import selection_flags
 from dxi.scoring.records import Summary, unset
 from dxi.scoring.replies import model_notes
 from dxi.scoring.stopped_pairs import ANYTIME, NOT_VALID
-from dxi.scoring.summary import in_order, signed
+from dxi.scoring.summary import in_order, p_text, signed
 from dxi.scoring.sums import METRICS
 
 from . import charts
@@ -395,7 +395,7 @@ def _pairs(summary: Summary, scored: Scored, labels: list[str]) -> dict | None:
                 cells.append(None)
                 continue
             d, low, high, p, sig, why = found[(a, b)]
-            shown = "—" if p is None else ("< 0.001" if p < 0.001 else f"{p:.3f}")
+            shown = p_text(p)
             cells.append(
                 {
                     "v": signed(d),

@@ -22,7 +22,7 @@ import polars as pl
 from .adaptive import estimated, is_adaptive
 from .records import UNSET, Summary
 from .scored import Scored
-from .summary import signed
+from .summary import p_text, signed
 
 # ``claim``: which rule a comparison's ``significant`` follows
 FIXED_SAMPLE = "fixed sample"  # both figures exact: the comparison's own procedure
@@ -50,7 +50,7 @@ def said(c: Mapping, turned: bool = False) -> str | None:
     if c.get("significant") or c.get("claim") not in (ANYTIME, NOT_VALID):
         return None
     p = c.get("p_adjusted")
-    shown = "—" if p is None else "< 0.001" if p < 0.001 else f"{p:.3f}"
+    shown = p_text(p)
     anytime = c.get("anytime_ci") or (c.get("anytime_low"), c.get("anytime_high"))
     if c["claim"] == NOT_VALID or None in anytime:
         return f"p_adj {shown}; {NOT_CLAIMED}"

@@ -13,7 +13,7 @@ from scipy.stats import binomtest
 from dxi.scoring import Bootstrap, build_summary, compare, records, score
 from dxi.scoring.compare import mcnemar_p, tied_groups
 from dxi.scoring.simultaneous import correlation, max_t, mover_difference, newcombe, rank_sets
-from dxi.scoring.summary import in_order
+from dxi.scoring.summary import in_order, p_text
 
 from .helpers.answers import choice, frame, yes_no
 
@@ -936,3 +936,20 @@ def test_tied_groups_part_only_where_every_pair_across_is_claimed(
     a = np.array([i for i, _ in claimed], np.int64)
     b = np.array([j for _, j in claimed], np.int64)
     assert tied_groups(np.array(point, np.float64), a, b).tolist() == groups
+
+
+@pytest.mark.parametrize(
+    ("p", "text"),
+    [
+        (None, "—"),
+        (0.0005, "< 0.001"),
+        (0.001, "0.001"),
+        (0.04995, "0.04995"),  # below 0.05, with its †: not "0.050" beside a legend of p < 0.05
+        (0.0496, "0.0496"),
+        (0.05, "0.050"),
+        (0.0504, "0.050"),
+        (0.12345, "0.123"),
+    ],
+)
+def test_an_adjusted_p_below_the_threshold_never_shows_as_the_threshold(p: float | None, text: str):
+    assert p_text(p) == text

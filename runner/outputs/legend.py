@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dxi.scoring import adaptive, records, stopped_pairs
 from dxi.scoring.records import Summary, unset
-from dxi.scoring.summary import signed
+from dxi.scoring.summary import p_text, signed
 
 ABBREVIATIONS = (
     "Omni = AA-Omniscience-Decision; acc = accuracy; non-halluc (non-hall.) = non-hallucination "
@@ -48,7 +48,7 @@ def adjacent(summary: Summary, ranked: list[str], key_of: dict[str, str]) -> str
         if (a, b) not in found:
             continue
         d, p, sig, note = found[(a, b)]
-        shown = "—" if p is None else "< 0.001" if p < 0.001 else f"{p:.3f}"
+        shown = p_text(p)
         said = note or f"p_adj {shown}{' †' if sig else ''}"
         parts.append(f"{key_of[a]} − {key_of[b]} {signed(d)} ({said})")
     return "; adjacent: " + ", ".join(parts) if parts else ""
