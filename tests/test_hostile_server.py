@@ -4,6 +4,8 @@ what it must always do (stop, and say so clearly)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +25,23 @@ PATHS = {
     "gemini": "/v1beta/models/gemini-fake:generateContent",
 }
 STREAM_PATHS = PATHS | {"gemini": "/v1beta/models/gemini-fake:streamGenerateContent?alt=sse"}
+
+
+@contextlib.asynccontextmanager
+async def served(method: str, path: str, handler: Callable[..., Awaitable]) -> AsyncIterator[str]:
+    """One aiohttp ``handler`` for ``method`` ``path`` on 127.0.0.1 (a port of its own): yields
+    its base URL ``http://127.0.0.1:PORT``; stopped on leaving."""
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_route(method, path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
 
 
 @pytest.mark.parametrize("stream", ["never", "always"])
@@ -418,19 +437,11 @@ async def test_a_key_echoed_in_an_error_event_mid_stream_is_redacted(
         await response.write_eof()
         return response
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+    async with served("POST", "/v1/chat/completions", handler) as url:
         limits = replace(FAST, stream="always", max_attempts=1)
         _, _, rows = await run_model(
-            f"openai:gpt-fake@{url}", data_dir, tmp_path / "c", limits=limits
+            f"openai:gpt-fake@{url}/v1", data_dir, tmp_path / "c", limits=limits
         )
-    finally:
-        await runner.cleanup()
     (error,) = rows["error"].to_list()
     assert error.startswith("openai:gpt-fake: the streamed reply was cut after ")
     assert "(an error event: Bearer [REDACTED])" in error
@@ -459,19 +470,11 @@ async def test_a_key_echoed_in_a_first_event_that_is_not_json_is_redacted(
         await response.write_eof()
         return response
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+    async with served("POST", "/v1/chat/completions", handler) as url:
         limits = replace(FAST, stream="always", max_attempts=1)
         _, _, rows = await run_model(
-            f"openai:gpt-fake@{url}", data_dir, tmp_path / "c", limits=limits
+            f"openai:gpt-fake@{url}/v1", data_dir, tmp_path / "c", limits=limits
         )
-    finally:
-        await runner.cleanup()
     assert rows.select("status", "raw_reply").rows() == [("failed", "{not json Bearer [REDACTED]")]
     for path in (tmp_path / "c").rglob("*"):
         if path.is_file():
@@ -564,23 +567,13 @@ async def test_a_system_one_health_that_redirects_or_fails_is_named_so(
         raise web.HTTPNotFound()
 
     monkeypatch.setenv("SYSTEMONE_API_KEY", "sk-hostile-health-0123456789")
-    runners = []
-    for handler in (elsewhere_health, health):
-        app = web.Application()
-        app.router.add_get("/health", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        runners.append((runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"))
-    (_, elsewhere_url), (_, url) = runners
-    try:
+    async with (
+        served("GET", "/health", elsewhere_health) as elsewhere_url,
+        served("GET", "/health", health) as url,
+    ):
         adapter = adapters.get(f"systemone:{url}")
         with pytest.raises((Fatal, ProviderStop)) as raised:
             await adapter.start()
-    finally:
-        for runner, _ in runners:
-            await runner.cleanup()
     error = raised.value
     assert (type(error) is ProviderStop, getattr(error, "cause", None)) == (
         cause is not None,
