@@ -103,18 +103,19 @@ def signed(value: float, digits: int = 1) -> str:
     return text[1:] if float(text) == 0 else text
 
 
-def p_text(p: float | None, threshold: float = 0.05) -> str:
-    """An adjusted p-value as the terminal, the report and the adaptive notes print it: 3 decimals,
-    "< 0.001" below that, "—" for none; one below ``threshold`` never shows as the threshold itself
-    (0.04995 reads "0.04995", not "0.050" beside its † and a legend of "p < 0.05")."""
+def p_text(p: float | None, threshold: float = 0.05, significant: bool = False) -> str:
+    """An adjusted p-value as the terminal, the report and the adaptive notes print it: 3 decimals
+    (``significant``: 3 significant digits, as ``dxi view``'s pages), "< 0.001" below that, "—" for
+    none; one below ``threshold`` never shows as the threshold itself (0.04995 reads "0.04995", not
+    "0.050" beside its † and a legend of "p < 0.05")."""
     if p is None:
         return "—"
     if p < 0.001:
         return "< 0.001"
-    digits = 3
-    while p < threshold <= float(f"{p:.{digits}f}") and digits < 9:
+    digits, style = 3, "g" if significant else "f"
+    while p < threshold <= float(f"{p:.{digits}{style}}") and digits < 9:
         digits += 1
-    return f"{p:.{digits}f}"
+    return f"{p:.{digits}{style}}"
 
 
 def eval_block(

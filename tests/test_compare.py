@@ -953,3 +953,14 @@ def test_tied_groups_part_only_where_every_pair_across_is_claimed(
 )
 def test_an_adjusted_p_below_the_threshold_never_shows_as_the_threshold(p: float | None, text: str):
     assert p_text(p) == text
+
+
+@pytest.mark.parametrize(
+    ("p", "text"),
+    [(0.04995, "0.04995"), (0.0496, "0.0496"), (0.05, "0.05"), (0.00123, "0.00123"), (0.5, "0.5")],
+)
+def test_dxi_views_p_values_keep_three_significant_digits_but_never_read_as_the_threshold(
+    p: float, text: str
+):
+    """``dxi view``'s form (3 significant digits) showed 0.04995 as "0.05"."""
+    assert p_text(p, significant=True) == text

@@ -38,7 +38,7 @@ from dxi.scoring import adaptive, measures, provisional
 from dxi.scoring.calibration import ECE_BINS
 from dxi.scoring.records import unset
 from dxi.scoring.replies import model_notes
-from dxi.scoring.summary import signed
+from dxi.scoring.summary import p_text, signed
 from dxi.scoring.sums import METRICS
 
 from .data import CELLS, SORTS, VIEW_STATUSES, BadQuery, Browser, EvalQuery, NotFound
@@ -97,8 +97,9 @@ def _breakable(text: object) -> markupsafe.Markup:
 
 
 def _pvalue(p: float | None) -> str:
-    """A p-value as the pages print it: 3 significant digits, "< 0.001" below that, "—" for none."""
-    return "—" if p is None else ("< 0.001" if p < 0.001 else f"{p:.3g}")
+    """A p-value as the pages print it: 3 significant digits, "< 0.001" below that, "—" for none
+    (``scoring.summary.p_text``: never the 0.05 threshold for one below it)."""
+    return p_text(p, significant=True)
 
 
 def _p_is(p: float) -> str:
