@@ -5,8 +5,10 @@ cancels them (docs/batch.md); the command prints what these return.
   whether the provider accepted each batch (what ``dxi estimate`` counts apart from the new
   requests, or calls new as ``batch not confirmed``).
 * ``waiting(cache, models, suite)``: how many requests (and answers) not in the cache accepted
-  open batches hold, per model (``dxi score``'s note); ``accepted_by_label(cache_dir)``: the open
-  batches per model label (where no model is given).
+  open batches hold, per model (``dxi score``'s note); ``of_cache(cache_dir, found, epochs)``: the
+  models found in the cache (no model given) that have such batches, rebuilt to encode their
+  requests with; ``accepted_by_label(cache_dir)``: the open batches per model label (a model
+  ``of_cache`` cannot rebuild).
 * ``listed(cache_dir, every)``: the entries, oldest first, each with where it stands (``rows``).
 * ``collect(plan, wait, poll_s, say)``: the open batches of the plan's models polled (once, or until
   they end) and the results of those that ended stored; nothing new is submitted.
@@ -45,8 +47,11 @@ from .session import start_adapters
 uvloop = LazyModule("uvloop")
 _batches = LazyModule("dxi.adapters.batches")
 _dispatch = LazyModule("dxi.runner.dispatch")
+_plan = LazyModule("dxi.runner.planning.plan")
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from dxi.adapters.batches import BatchAPI
     from dxi.evals import Suite
 
@@ -106,10 +111,44 @@ def waiting(cache: Cache, models: Sequence[ModelRun], suite: Suite) -> dict[str,
     return out
 
 
+def of_cache(cache_dir: Path, found: pl.DataFrame, epochs: int = 1) -> list[ModelRun]:
+    """The models ``found`` in the cache (``scoring.models_in_cache`` rows, labelled: no run file
+    nor ``--model`` names them) that open batches the provider accepted are of, rebuilt as the run
+    that submitted them built them: the adapter, model and sampling parameters of their rows, the
+    server of the batch's ledger entry, ``epochs`` each; so that ``waiting`` encodes their requests
+    and tells which missing answers those batches hold. A model is one of an entry when its
+    configuration digest is the entry's (``runner.dispatch.identity``: adapter, model, endpoint,
+    parameters, prompt version). One that cannot be rebuilt (an adapter or parameter this dxi does
+    not know) is left out: ``accepted_by_label`` counts its batches. [] without a ledger."""
+    if not has_batches(cache_dir):
+        return []
+    servers: dict[str, set[str]] = {}  # adapter -> the servers of its accepted open batches
+    wanted = set()
+    for e in listed(cache_dir):
+        if not e.closed and e.batch_id is not None:
+            servers.setdefault(e.kind, set()).add(e.base_url or "")
+            wanted.add(e.identity)
+    out = []
+    for label, kind, model, params in found.select("label", "provider", "model", "params").rows():
+        for base_url in sorted(servers.get(kind, ())):
+            try:
+                spec = adapters.ModelSpec(
+                    kind, model, base_url or None, orjson.loads(params or "{}"), name=label
+                )
+                run = _plan.ModelRun(adapters.get(spec), epochs)
+            except (ValueError, orjson.JSONDecodeError):  # (an adapter this dxi does not know)
+                continue
+            if _dispatch.identity(run) in wanted:
+                out.append(run)
+                break
+    return out
+
+
 def accepted_by_label(cache_dir: Path) -> dict[str, int]:
     """Model label -> how many open batches of it the provider accepted (the ledger's open entries
-    with a batch id): what ``dxi score`` of every model in the cache says of them, where it has no
-    model to tell which of their requests it scores (``waiting``)."""
+    with a batch id): what ``dxi score`` of every model in the cache says of a model ``of_cache``
+    cannot rebuild, where it has no model to tell which of their requests it scores
+    (``waiting``)."""
     if not has_batches(cache_dir):
         return {}
     out: dict[str, int] = {}

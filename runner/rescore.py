@@ -410,15 +410,17 @@ def in_open_batches(
 ) -> dict[str, dict] | None:
     """What open batches of the cache's ledger hold of the requests scored that the cache does not
     (label -> {requests, answers}: ``runner.open_batches.waiting``, the keys ``dxi estimate`` counts
-    ``in_open_batches``); scoring every model in the cache (no plan: no model to encode the
-    requests with), how many accepted batches each has open (label -> {batches}). None without a
-    ledger."""
+    ``in_open_batches``), for the provisional note (``scoring.provisional``: collected, not asked
+    for again). Scoring every model in the cache (no plan), its models are rebuilt from their cache
+    rows and the ledger (``runner.open_batches.of_cache``); one that cannot be has how many accepted
+    batches it has open (label -> {batches}). None without a ledger."""
     if not (selection.cache_dir / LEDGER_DIR).is_dir():  # no ledger: no batch (nothing loaded)
         return None
     if selection.plan is not None:
         return _open_batches.waiting(cache, selection.plan.models, suite)
-    labels = set(to_score.frame["label"].to_list())
-    return {
+    rebuilt = _open_batches.of_cache(selection.cache_dir, to_score.frame, to_score.epochs)
+    labels = set(to_score.frame["label"].to_list()) - {m.label for m in rebuilt}
+    return _open_batches.waiting(cache, rebuilt, suite) | {
         label: {"batches": n}
         for label, n in _open_batches.accepted_by_label(selection.cache_dir).items()
         if label in labels

@@ -149,8 +149,9 @@ def _rerun(rerun: int, m: ModelEntry) -> str:
     those in batches still open at the provider, which it (or ``dxi batches collect``) collects
     and does not ask for: a run's own (its ``requests.batches.open``, a run stopped after
     submitting them) or, scoring the cache alone, those the cache's ledger holds
-    (``requests.in_open_batches``: their ``answers``; or only how many ``batches`` a model has
-    open, scoring every model in the cache, where which of its answers they hold is not known)."""
+    (``requests.in_open_batches``: their ``answers``, with a model list or without one; or only
+    how many ``batches`` a model has open, for a model of the cache that cannot be rebuilt to tell
+    which of its answers they hold: ``runner.open_batches.of_cache``)."""
     requests = unset(m.requests) or {}
     held = (requests.get("batches") or {}).get("open") or requests.get("in_open_batches") or {}
     collected = min(rerun, held.get("answers", 0))

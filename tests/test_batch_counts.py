@@ -731,7 +731,9 @@ def test_dxi_score_run_later_says_which_missing_answers_open_batches_hold(tmp_pa
     Expected, by hand: 12 answers missing; 10 of them in the two open batches (``dxi batches
     collect`` or the next ``dxi run`` collects them), the other 2 asked for again (the old code:
     "asks for 12 of them again"); ``requests.in_open_batches`` {10 requests, 10 answers}. Scoring
-    every model in the cache (no ``--model``): its 2 open batches are named, without counts."""
+    every model in the cache (no ``--model``): the same (its model rebuilt from its cache rows and
+    the ledger's server; the old code named its 2 open batches, without counts: "asks for 12 of
+    them again, but for those that its 2 open batch(es) at the provider hold")."""
     import signal
     import time
 
@@ -763,22 +765,14 @@ def test_dxi_score_run_later_says_which_missing_answers_open_batches_hold(tmp_pa
         assert done.returncode == 1, done.stdout + done.stderr
         said = " ".join(done.stdout.split())
         (m,) = orjson.loads((tmp_path / "scored" / "summary.json").read_bytes())["models"]
-        if given:
-            assert m["requests"]["in_open_batches"] == {"requests": 10, "answers": 10}
-            assert (
-                "12 missing answer(s) in When2Call, left out: its figures are over the answered "
-                "questions; whatever those answers turn out to be, they lie within: When2Call "
-                "accuracy [0.0, 75.0]; 10 of them are in batches still open at the provider, which "
-                "`dxi batches collect` or the next `dxi run` collects (it does not ask for them "
-                "again); it asks for the other 2 again."
-            ) in said, said
-        else:
-            assert m["requests"]["in_open_batches"] == {"batches": 2}
-            assert (
-                "the next `dxi run` with these options asks for 12 of them again, but for those "
-                "that its 2 open batch(es) at the provider hold, which `dxi batches collect` or the "
-                "next `dxi run` collects (dxi batches list)."
-            ) in said, said
+        assert m["requests"]["in_open_batches"] == {"requests": 10, "answers": 10}
+        assert (
+            "12 missing answer(s) in When2Call, left out: its figures are over the answered "
+            "questions; whatever those answers turn out to be, they lie within: When2Call "
+            "accuracy [0.0, 75.0]; 10 of them are in batches still open at the provider, which "
+            "`dxi batches collect` or the next `dxi run` collects (it does not ask for them "
+            "again); it asks for the other 2 again."
+        ) in said, said
 
 
 @pytest.mark.process
