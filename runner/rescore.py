@@ -450,6 +450,13 @@ def browse(selection: Selection, home: TemporaryDirectory) -> tuple[Browser, lis
         kept.suite.runs, kept.suite.recorded = now.suite.runs, now.suite.recorded
         return now_scored.frame, now_scored.prices, now_scored.epochs, kept.suite
 
+    def held(suite: Suite, models: pl.DataFrame, epochs: int) -> dict[str, dict] | None:
+        # what open batches hold of the answers missing, as ``dxi score`` says it (each snapshot)
+        if not (cache_dir / LEDGER_DIR).is_dir():  # no ledger: the cache is not even opened
+            return None
+        with Cache(cache_dir, read_only=True, remote=selection.remote) as cache:
+            return in_open_batches(cache, selection, suite, ToScore(models, {}, epochs))
+
     browser = _view_data.Browser.build(
         cache_dir,
         kept.suite,
@@ -461,5 +468,6 @@ def browse(selection: Selection, home: TemporaryDirectory) -> tuple[Browser, lis
         remote=selection.remote,
         select=again if plan is None else None,
         ranked=plan is None,  # no order given: by Decision Index, as the report
+        held=held,
     )
     return browser, notes

@@ -28,6 +28,7 @@ queries, the child that writes what they read) of one set of files whose layout 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import multiprocessing
 import os
@@ -220,6 +221,9 @@ class Page:
 # the cache -> (models, prices, epochs) to score, and optionally the suite (the tasks the runs
 # selected: ``runner.planning.selection``)
 Select = Callable[[Cache], tuple]
+# (suite, models, epochs) -> what open batches of the cache's ledger hold of the answers missing,
+# per label (``runner.rescore.in_open_batches``; None: none)
+Held = Callable[[Suite, pl.DataFrame, int], dict | None]
 
 
 @dataclass
@@ -231,7 +235,10 @@ class Source:
     suite: every model in it is chosen again, so that a model a run adds shows, with the tasks its
     run selected; None: the models given at start-up) and ``ranked`` (no run file or ``--model``
     gave the models' order: they are shown by Decision Index, ``Summary.order``, as ``dxi report``
-    shows them)."""
+    shows them), ``held`` (asked in this process before each snapshot: what the cache's open
+    batches hold of the answers missing, scored with them as ``dxi score`` scores them, so the
+    overview's provisional note says which of them the next run collects and which it asks for
+    again, ``scoring.provisional``; None: nothing asked)."""
 
     cache_dir: Path
     suite: Suite
@@ -244,6 +251,7 @@ class Source:
     select: Select | None = None
     ranked: bool = False
     owns_home: bool = False  # the home was made for this Browser alone: ``close`` removes it too
+    held: Held | None = None
 
     def mirror(self) -> tuple[str, Path] | None:
         """The remote tier for the child: (its URI, the mirror folder), or None."""
@@ -289,6 +297,7 @@ class Browser:
         remote: Remote | None = None,
         select: Select | None = None,
         ranked: bool = False,
+        held: Held | None = None,
     ) -> Browser:
         """Score ``models`` over ``suite`` from the cache in ``cache_dir`` (opened read-only; with
         the ``remote`` tier's shards mirrored in ``home``) with ``summarize``
@@ -298,7 +307,9 @@ class Browser:
         that runs in a child process, so that scoring's peak memory over a large cache is returned
         to the system before serving; the server keeps only the summary, the per-question frames and
         the tasks. ``select`` is kept for ``rebuild``. ``ranked``: no order of the models was given,
-        every page shows them by Decision Index (``Summary.order``: the report's order)."""
+        every page shows them by Decision Index (``Summary.order``: the report's order). ``held``:
+        what the cache's open batches hold of the answers missing (``Source.held``), asked before
+        each snapshot."""
         owns = home is None
         source = Source(
             Path(cache_dir),
@@ -312,6 +323,7 @@ class Browser:
             select,
             ranked,
             owns,
+            held,
         )
         try:
             return cls._built(source, child)
@@ -324,12 +336,17 @@ class Browser:
     def _built(cls, source: Source, child: bool) -> Browser:
         workdir = tempfile.TemporaryDirectory(prefix="snapshot-", dir=source.home.name)
         as_of = time.time()
+        summarize = source.summarize
+        if source.held is not None and (
+            held := source.held(source.suite, source.models, source.epochs)
+        ):  # (a partial of the module-level summarize: the spawned child gets it pickled)
+            summarize = functools.partial(summarize, in_open_batches=held)
         args = (
             Path(workdir.name),
             source.cache_dir,
             source.suite,
             source.models,
-            source.summarize,
+            summarize,
             source.epochs,
             source.prices,
             source.mirror(),
