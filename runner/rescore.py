@@ -163,7 +163,7 @@ def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) 
         prices, given = _flag_prices(found, inputs.prices, selection.cache_dir)
         epochs = inputs.epochs or 1
         done = ToScore(with_effort(found), prices, epochs, more_epochs(found, epochs))
-        return recorded_prices(done, given, selection.out)
+        return recorded_prices(done, given, selection.out, selection.cache_dir)
     same = []
     for m in plan.models:
         a = m.adapter
@@ -202,7 +202,8 @@ def models_to_score(cache: Cache, selection: Selection, empty_ok: bool = False) 
     plan.check_labels()
     notes = more_epochs(pl.concat(same), plan.epochs) if inputs.models and not inputs.epochs else []
     done = ToScore(plan.models_frame(), plan.prices(), plan.epochs, notes)
-    return recorded_prices(done, {m.label for m in plan.models if m.priced}, selection.out)
+    priced = {m.label for m in plan.models if m.priced}
+    return recorded_prices(done, priced, selection.out, selection.cache_dir)
 
 
 def _flag_prices(
@@ -233,12 +234,12 @@ def _flag_prices(
     return prices, given
 
 
-def recorded_prices(to_score: ToScore, given: set[str], out: Path) -> ToScore:
+def recorded_prices(to_score: ToScore, given: set[str], out: Path, cache_dir: Path) -> ToScore:
     """``to_score`` with each model not in ``given`` (priced by neither ``--price`` nor the run
-    file) priced as the newest ``dxi run`` into ``out`` that priced it recorded it
-    (``runner.outputs.history.prices``), where that differs from its default; a note says so, and
-    ``to_score.recorded`` where it came from."""
-    for label, (price, started) in history.prices(out).items():
+    file) priced as the newest ``dxi run`` into ``out`` of the cache in ``cache_dir`` that priced
+    it recorded it (``runner.outputs.history.prices``), where that differs from its default; a note
+    says so, and ``to_score.recorded`` where it came from."""
+    for label, (price, started) in history.prices(out, cache_dir).items():
         if label in given or label not in to_score.prices or to_score.prices[label] == price:
             continue
         to_score.prices[label] = price

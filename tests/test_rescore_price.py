@@ -97,3 +97,64 @@ def test_the_commands_that_score_take_price():
         assert args.price == ["m=1/2"]
     args = parser().parse_args(["export", "--format", "csv", "t.csv", "--price", "m=1/2"])
     assert args.price == ["m=1/2"]
+
+
+def _line(started: str, prices: dict, cache_dir: Path | None) -> bytes:
+    """A run's line of run-history.jsonl as ``dxi run`` writes it (what ``prices`` reads of it):
+    its ``selection.prices`` and, unless None (a line of an older dxi), its ``cache_dir``."""
+    selection = {"models": list(prices), "prices": prices}
+    if cache_dir is not None:
+        selection["cache_dir"] = str(cache_dir.resolve())
+    return orjson.dumps({"started": started, "outcome": "done", "selection": selection}) + b"\n"
+
+
+def test_the_recorded_price_is_the_newest_line_about_the_same_cache(tmp_path: Path):
+    """Three lines in one output folder, oldest first: an older dxi's (no ``cache_dir``) pricing
+    model ``a:m`` at 5/6 and ``a:old`` at 7/8; a run on cache A pricing ``a:m`` at 1/2; a newer run
+    on cache B pricing ``a:m`` at 3/4.
+
+    Expected, by hand: for cache A, ``a:m`` at 1/2 (its own line; the old code: 3/4, cache B's, the
+    newest line of any cache) and ``a:old`` at 7/8 (no line about A priced it: the older line's);
+    for cache B, 3/4; for a cache C no line is about, the older line's 5/6 and 7/8, never a line
+    about another cache."""
+    from dxi.runner.outputs import history
+
+    out, a, b, c = (tmp_path / name for name in ("out", "a", "b", "c"))
+    out.mkdir()
+    (out / history.RUNS_FILE).write_bytes(
+        _line("T0", {"a:m": [5.0, 6.0], "a:old": [7.0, 8.0]}, None)
+        + _line("T1", {"a:m": [1.0, 2.0]}, a)
+        + _line("T2", {"a:m": [3.0, 4.0]}, b)
+    )
+    old = ((7.0, 8.0), "T0")
+    assert history.prices(out, a) == {"a:m": ((1.0, 2.0), "T1"), "a:old": old}
+    assert history.prices(out, b) == {"a:m": ((3.0, 4.0), "T2"), "a:old": old}
+    assert history.prices(out, c) == {"a:m": ((5.0, 6.0), "T0"), "a:old": old}
+
+
+def test_dxi_score_prices_a_model_as_the_run_on_its_cache_recorded_it(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    """The embedded model is run into cache A (its own output folder). In ``out``, a run on cache A
+    priced it at 1/2 USD per million input/output tokens, then a newer run of the same model name
+    on cache B at 3/4. ``dxi score --cache-dir A --out out``.
+
+    Expected, by hand: priced at 1/2 with the note naming the run on A (T1), and summary.json's
+    ``usage.price`` {1, 2} (the old code: 3/4 and T2, the run on cache B)."""
+    from .helpers.runs import MODEL, run_into
+
+    cache, out = tmp_path / "a", tmp_path / "out"
+    assert run_into(data_dir, cache, tmp_path / "run", evals=("when2call",)).exit_code == 0
+    out.mkdir()
+    (out / "run-history.jsonl").write_bytes(
+        _line("T1", {MODEL: [1.0, 2.0]}, cache) + _line("T2", {MODEL: [3.0, 4.0]}, tmp_path / "b")
+    )
+    capsys.readouterr()
+    where = ["--data-dir", str(data_dir), "--cache-dir", str(cache), "--evals", "when2call"]
+    assert main(["score", *where, "--out", str(out)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert _usage(out)["price"] == {"input": 1.0, "output": 2.0}
+    assert (
+        f"{MODEL}: priced at 1/2 USD per million input/output tokens, as its dxi run of T1 "
+        f"recorded it in {out / 'run-history.jsonl'}"
+    ) in said, said

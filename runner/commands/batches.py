@@ -238,7 +238,7 @@ def _collect(args: argparse.Namespace, console: Console, say) -> int:
         return 0
     paths.cache_folder(plan.cache_dir, where)  # results go there
     paths.output_folder(plan.out, options.named(args, "out", "--out"))  # and its line
-    recorded = history.prices(plan.out)
+    recorded = history.prices(plan.out, plan.cache_dir)  # lines about this cache
     for label, (price, when) in recorded.items():  # as the run priced it
         for m in plan.models:
             if m.label == label and not m.priced and m.price != price:

@@ -149,8 +149,7 @@ def about(selection: dict, cache_dir: Path, configs: dict[str, tuple[str, ...]])
     cache folder where the line records it (``cache_dir``; an older dxi's lines have none), and a
     model in common, by configuration where the line records them (``configs``), else by name. A
     line about another cache or other models says nothing of what this scoring should take."""
-    cache = selection.get("cache_dir")
-    if isinstance(cache, str) and Path(cache).resolve() != Path(cache_dir).resolve():
+    if same_cache(selection, cache_dir) is False:
         return False
     theirs = selection.get("configs")
     if isinstance(theirs, list):
@@ -158,6 +157,15 @@ def about(selection: dict, cache_dir: Path, configs: dict[str, tuple[str, ...]])
         return any(config in ran for config in configs.values())
     names = selection.get("models")
     return isinstance(names, list) and any(name in names for name in configs)
+
+
+def same_cache(selection: dict, cache_dir: Path) -> bool | None:
+    """Whether a line (its ``selection``) is about the cache in ``cache_dir``: its ``cache_dir``
+    is that folder (True) or another (False); None where the line records none (an older dxi)."""
+    cache = selection.get("cache_dir")
+    if not isinstance(cache, str):
+        return None
+    return Path(cache).resolve() == Path(cache_dir).resolve()
 
 
 def note(out: Path) -> str | None:
@@ -180,19 +188,26 @@ def note(out: Path) -> str | None:
     return f"what each run sent and spent: {path} ({count}; the last {how})"
 
 
-def prices(out: Path) -> dict[str, tuple[tuple[float | None, ...], str | None]]:
+def prices(out: Path, cache_dir: Path) -> dict[str, tuple[tuple[float | None, ...], str | None]]:
     """Model name -> (the price, the ``started`` of the run that used it), from the newest line of
-    ``out``'s run-history.jsonl that priced that model (its ``selection.prices``): what
-    ``dxi score`` prices a model with when it is given none (``runner.rescore``). A line without
-    prices (an older dxi) or a model it has no price for is passed over."""
+    ``out``'s run-history.jsonl about the cache in ``cache_dir`` (``same_cache``) that priced that
+    model (its ``selection.prices``): what ``dxi score`` and ``dxi batches collect`` price a model
+    with when it is given none. A line about another cache is passed over (a model of the same
+    name there may be another configuration, priced otherwise); a line that records no cache (an
+    older dxi) prices only a model no line about this cache priced. A line without prices (an older
+    dxi still) or a model it has no price for is passed over."""
     found: dict[str, tuple[tuple[float | None, ...], str | None]] = {}
+    older: dict[str, tuple[tuple[float | None, ...], str | None]] = {}
     for line in reversed(read(out)):
         selection = line.get("selection")
-        given = selection.get("prices") if isinstance(selection, dict) else None
-        for name, price in (given or {}).items() if isinstance(given, dict) else ():
-            if name not in found and is_price(price):
-                found[name] = (tuple(price), line.get("started"))
-    return found
+        if not isinstance(selection, dict) or (same := same_cache(selection, cache_dir)) is False:
+            continue
+        given = selection.get("prices")
+        into = found if same else older
+        for name, price in given.items() if isinstance(given, dict) else ():
+            if name not in into and is_price(price):
+                into[name] = (tuple(price), line.get("started"))
+    return older | found
 
 
 def is_price(value) -> bool:
