@@ -221,7 +221,7 @@ class Entry:
 
     def as_dict(self) -> dict:
         """The entry for ``dxi batches list --json`` (the keys left out; ``returned`` as a
-        count)."""
+        count; ``price``: the model's price its intent recorded, None without one)."""
         out = {
             k: getattr(self, k)
             for k in (
@@ -245,6 +245,7 @@ class Entry:
                 "cancel_at",
                 "reserved_usd",
                 "cost_usd",
+                "price",
                 "host",
                 "pid",
                 "stop",

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from dxi.cache.ledger import Ledger, new_id
@@ -129,3 +130,34 @@ def test_one_process_collects_an_entry_and_its_death_frees_it(tmp_path: Path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_dxi_batches_list_shows_the_price_each_batch_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
+    """Two open batches of one model: the first's intent recorded the run's price (3/15 USD per
+    million input/output tokens, what ``dxi batches collect`` prices its results at when no
+    run-history line has it), the second's none (a ledger of an older dxi). Expected, by hand:
+    ``--json`` gives ``price`` [3.0, 15.0] and null (the old code: no ``price`` key), and the
+    table's price column "3/15" and "-"."""
+    from dxi.runner.cli import main
+
+    ledger = Ledger(tmp_path)
+    for n, (entry, price) in enumerate((("dxi-a", [3.0, 15.0]), ("dxi-b", None))):
+        given = {"price": price} if price is not None else {}
+        ledger.intent(entry, [f"k{n}"], identity="i", label="openai:m", kind="openai", **given)
+        ledger.record(entry, "submitted", batch_id=f"batch_{n}", state="in_progress")
+    capsys.readouterr()
+    assert main(["batches", "list", "--cache-dir", str(tmp_path), "--json"]) == 0
+    listed = orjson.loads(capsys.readouterr().out)
+    assert [(e["id"], e["price"]) for e in listed] == [("dxi-a", [3.0, 15.0]), ("dxi-b", None)]
+    monkeypatch.setenv("COLUMNS", "200")  # the table whole, no cell folded
+    assert main(["batches", "list", "--cache-dir", str(tmp_path)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    header = [c.strip() for c in next(line for line in table if "entry" in line).split("┃")]
+    cells = {
+        c[1]: c[header.index("price (in/out)")]
+        for line in table
+        if (c := [x.strip() for x in line.split("│")])[1:2] in (["dxi-a"], ["dxi-b"])
+    }
+    assert cells == {"dxi-a": "3/15", "dxi-b": "-"}

@@ -339,6 +339,7 @@ def _list(args: argparse.Namespace, console: Console, shown: list[Entry]) -> int
         "running",
         "stored",
         "given back",
+        "price (in/out)",
     ):
         table.add_column(col, overflow="fold")
     for e in shown:
@@ -352,6 +353,7 @@ def _list(args: argparse.Namespace, console: Console, shown: list[Entry]) -> int
             _ago(e.submitted_at or e.created) if not e.ended and e.batch_id else "-",
             f"{e.stored:,}",
             f"{len(e.returned):,}",
+            f"{e.price[0]:g}/{e.price[1]:g}" if e.price else "-",  # USD per million tokens
         )
     console.print(table)
     return 0
