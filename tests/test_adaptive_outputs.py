@@ -842,8 +842,8 @@ def test_the_intervals_methods_name_an_adaptive_runs_anytime_valid_intervals_and
         "An adaptive run's figures marked ≈ (estimates of the whole set) have instead, as each "
         "model's whole-set index in its note, an anytime-valid 95% interval, which holds although "
         f"the run chose when to stop: for the Decision Index, the {html['anytime_index']}; for "
-        f"accuracy, the non-hallucination rate, each F1 and mean F1, the {html['anytime_metric']}.\n"
-        "WildGuardTest's three F1 scores are in its section."
+        "accuracy, the non-hallucination rate, each F1 and mean F1, the "
+        f"{html['anytime_metric']}.\nWildGuardTest's three F1 scores are in its section."
     )
     for out, until in ((tmp_path / "report", True), (tmp_path / "plain-report", False)):
         if not until:  # a run without --until completes the models: no adaptive run's summary
