@@ -12,7 +12,6 @@ decoded and validated by the same code as the HTTP adapter. What a worker runs i
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 
@@ -76,7 +75,7 @@ class Embedded(SystemOne):
             raise Fatal(problem)
         self._pool = ProcessPoolExecutor(
             WORKERS,
-            mp_context=multiprocessing.get_context("spawn"),
+            mp_context=embedded_worker.SpawnHeld(),  # "spawn", SIGINT and SIGTERM held at start
             initializer=embedded_worker.load,
             initargs=(self.model,),
         )

@@ -12,7 +12,11 @@ later): one that comes while Python starts (its frozen modules, ``site``, the ed
 finder: the first ~30 ms) is held until this module has installed ``_early`` and unblocks them. Only
 one that comes before ``env`` has blocked them ends the process by the signal itself (no output; a
 shell reports 130, or 143). Installed otherwise (pip, uv, an ``env`` without ``--block-signal``), a
-signal while ``site`` runs may still end the interpreter with its own traceback."""
+signal while ``site`` runs may still end the interpreter with its own traceback.
+
+A worker process multiprocessing spawns (the embedded model's) imports this module too, as it runs
+the script as ``__mp_main__``: there nothing of this is done, its signals being held from its start
+and then ignored (``dxi.embedded_worker``), so a Ctrl-C to the process group is ``dxi``'s alone."""
 
 from __future__ import annotations
 
@@ -29,15 +33,20 @@ def _early(signum: int, frame: object) -> None:
     os._exit(128 + signum)
 
 
-for _signum in (
-    signal.SIGINT,
-    signal.SIGTERM,
-):  # an ignored SIGINT (a script's background job) taken back too
-    signal.signal(_signum, _early)
-# the `dxi` script make install writes starts Python with both blocked (GNU env's --block-signal): a
-# signal that came while the interpreter started (its own modules, site, the editable install's
-# finder) was held, and is delivered now, to _early: one line and 130 (143), never a traceback
-signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+# a worker process multiprocessing spawned (the embedded model's) runs the `dxi` script as
+# ``__mp_main__``, so imports this module too: its signals are not dxi's to act on but its
+# initializer's to ignore (dxi.embedded_worker.load), held until then, as it was started with them
+if "__mp_main__" not in sys.modules:
+    for _signum in (
+        signal.SIGINT,
+        signal.SIGTERM,
+    ):  # an ignored SIGINT (a script's background job) taken back too
+        signal.signal(_signum, _early)
+    # the `dxi` script make install writes starts Python with both blocked (GNU env's
+    # --block-signal): a signal that came while the interpreter started (its own modules, site,
+    # the editable install's finder) was held, and is delivered now, to _early: one line and 130
+    # (143), never a traceback
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def command() -> None:

@@ -10,7 +10,12 @@ platform) and ends the worker at once. Otherwise a worker whose parent was kille
 pool's queue for ever (the other workers hold that pipe open), and so would multiprocessing's
 resource tracker, which ends once every process holding its pipe has. SIGINT and SIGTERM are left to
 the parent (a terminal's Ctrl-C and a scheduler's SIGTERM reach the whole process group): the parent
-finishes the requests in flight, then closes the pool."""
+finishes the requests in flight, then closes the pool. A worker is started with both *blocked*
+(``SpawnHeld``, the context ``dxi.adapters.embedded`` gives its pool: a spawned process inherits its
+parent's signal mask), so that one that comes while it starts (its interpreter, the dxi script's
+module, this one) is held until ``load`` ignores both and so discards it: before, it printed a
+KeyboardInterrupt traceback from an import (or dxi's "Interrupted (Ctrl-C)." line) and died, and
+the run ended on a broken pool, exit 70."""
 
 from __future__ import annotations
 
@@ -24,6 +29,27 @@ from multiprocessing.connection import wait
 import orjson
 
 _decider = None  # one per worker process
+_HELD = {signal.SIGINT, signal.SIGTERM}
+
+
+class HeldProcess(multiprocessing.context.SpawnProcess):
+    """A spawned worker process started with SIGINT and SIGTERM blocked (see the module docstring).
+    The parent holds them only while it starts the process (a fork and an exec); one that comes
+    meanwhile is delivered to it right after. Defined here, not in ``dxi.adapters``: the process
+    object is unpickled in the worker."""
+
+    def start(self) -> None:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+        try:
+            super().start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+class SpawnHeld(multiprocessing.context.SpawnContext):
+    """The "spawn" context whose processes are ``HeldProcess``es."""
+
+    Process = HeldProcess
 
 
 def _die_with_parent() -> None:
@@ -43,12 +69,14 @@ def _die_with_parent() -> None:
 
 
 def load(name: str) -> None:
-    """The pool's initializer: watch the parent (die with it), leave SIGINT and SIGTERM to it, and
-    load sparrow-decider model ``name`` once in this worker."""
+    """The pool's initializer: watch the parent (die with it), leave SIGINT and SIGTERM to it
+    (ignored, then no longer blocked: one held since the worker started is discarded), and load
+    sparrow-decider model ``name`` once in this worker."""
     global _decider
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C and SIGTERM are the parent's to handle
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)  # held since it started: now discarded
     from sparrow_decider import Decider
 
     _decider = Decider.load(name)

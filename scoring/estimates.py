@@ -7,17 +7,19 @@ view`` mark ``≈`` by, ``scoring.adaptive.estimated`` (a model asked everything
 headline intervals are the anytime-valid ones (``scoring.adaptive.headline``;
 ``scoring.intervals.ANYTIME_INDEX`` and ``ANYTIME_METRIC``), the fixed-sample ones over the asked
 part kept beside them (its block's ``fixed_sample_ci``); every other figure's are the ones
-summary.json's ``intervals.methods`` names. Pure: reads a ``Summary`` and a ``Scored``.
+summary.json's ``intervals.methods`` names, which in an adaptive run's summary names the
+anytime-valid ones too (``name_anytime``). Pure: reads a ``Summary`` and a ``Scored``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import msgspec
 import polars as pl
 
 from .adaptive import estimated, is_adaptive, run_of
-from .intervals import ANYTIME_INDEX, ANYTIME_METRIC
+from .intervals import ANYTIME_INDEX, ANYTIME_METHODS, ANYTIME_METRIC
 from .records import UNSET, ModelEntry, Summary, unset
 from .scored import Scored
 from .stopped_pairs import ANYTIME, FIXED_SAMPLE
@@ -110,6 +112,18 @@ def method(summary: Summary, entry: ModelEntry, metric: str) -> str:
     if metric in (INDEX, *ALL_METRICS) and estimated(summary, entry):
         return ANYTIME_INDEX if metric == INDEX else ANYTIME_METRIC
     return fixed_method(summary, metric)
+
+
+def name_anytime(summary: Summary) -> Summary:
+    """``summary`` with, in an adaptive run's (``scoring.adaptive.is_adaptive``), its
+    ``intervals.methods`` naming the anytime-valid intervals it publishes too, with their sources
+    (``scoring.intervals.ANYTIME_METHODS``: ``anytime_index``, ``anytime_metric``); unchanged
+    otherwise: a run without ``--until`` names the fixed-sample methods only."""
+    intervals = unset(summary.intervals)
+    if not is_adaptive(summary) or not intervals:
+        return summary
+    methods = {**(intervals.get("methods") or {}), **ANYTIME_METHODS}
+    return msgspec.structs.replace(summary, intervals={**intervals, "methods": methods})
 
 
 def columns(summary: Summary, scored: Scored) -> Scored:

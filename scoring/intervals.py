@@ -142,6 +142,11 @@ ANYTIME_INDEX = (
     "Sekhon 2021) intersected with the weighted sum of the metrics' betting confidence sequences "
     "(Waudby-Smith & Ramdas 2020, NeurIPS 33), at the round the adaptive run stopped the model"
 )
+ANYTIME_METHODS = {"anytime_index": ANYTIME_INDEX, "anytime_metric": ANYTIME_METRIC}
+"""Added to summary.json's ``intervals.methods`` in an adaptive run's summary only
+(``scoring.estimates.name_anytime``): the methods of the anytime-valid intervals it publishes, the
+index's and each index metric's (the headline intervals of a model whose figures are estimates,
+and those of every model's ``adaptive`` block)."""
 SCORE_METRICS = frozenset(
     {
         "accuracy",

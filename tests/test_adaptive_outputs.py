@@ -369,7 +369,7 @@ def test_the_terminal_the_report_and_dxi_view_mark_a_stopped_model_s_figures(
     page = (tmp_path / "report" / "report.html").read_text()
     # the index table (the index and its 5 terms), the evaluations' tables (2 + 1 + 1 + 4 metrics)
     assert done.exit_code == 0 and page.count("≈0.0") == 6 + 8
-    assert page.count("≈") == 14 + 1  # and the note
+    assert page.count("≈") == 14 + 1 + 1  # and the note, and the interval legend
     # dxi view's overview: m00's index and its 8 metrics (2 + 1 + 1 + 4)
     html = overview(data, cache)
     assert html.count('class="estimate"') == 1 + 8
@@ -787,3 +787,71 @@ def test_the_hint_of_an_unfinished_adaptive_run_reaches_a_reason_with_a_note_aft
         "wildguardtest": rerun + note,
         "hle_multichoice": reasons["hle_multichoice"],  # not the hint's words: left alone
     }
+
+
+def test_the_intervals_methods_name_an_adaptive_runs_anytime_valid_intervals_and_their_sources(
+    data: Path, server, tmp_path: Path
+):
+    """summary.json's ``intervals.methods`` and the report's interval legend name the anytime-valid
+    intervals an adaptive run publishes (the headline intervals of its ≈ figures, each model's
+    whole-set index), with their sources, after the fixed-sample ones (they named the fixed-sample
+    ones only); ``dxi score`` of its cache too. A run without --until names the fixed-sample ones
+    only (so tests/fixtures/summary_realistic.json stays byte for byte: tests/test_records)."""
+    from markupsafe import escape
+
+    from dxi.runner import rescore
+    from dxi.runner.planning.inputs import PlanInputs
+
+    cache = tmp_path / "cache"
+    assert dxi_run(server.url, data, cache, tmp_path / "out", *UNTIL, models=THREE) == 0
+    fixed = [
+        "accuracy",
+        "non_hallucination_rate",
+        "f1_prompt_harm",
+        "f1_response_refusal",
+        "f1_response_harm",
+        "mean_f1",
+        "decision_index",
+        "brier",
+        "ece",
+        "log_loss",
+        "auroc",
+        "differences",
+    ]
+    index = (
+        "anytime-valid confidence sequence of the whole-set index (sampling without replacement): "
+        "the empirical-Bernstein sequence across the four evaluations (Howard, Ramdas, McAuliffe "
+        "& Sekhon 2021) intersected with the weighted sum of the metrics' betting confidence "
+        "sequences (Waudby-Smith & Ramdas 2020, NeurIPS 33), at the round the adaptive run "
+        "stopped the model"
+    )
+    metric = (
+        "anytime-valid confidence sequence of the whole-set value (sampling without "
+        "replacement): the betting confidence sequence of Waudby-Smith & Ramdas (2020, "
+        '"Confidence sequences for sampling without replacement", NeurIPS 33), a ratio by '
+        "inverting a test, simultaneous over the model's metrics (Bonferroni), at the round the "
+        "adaptive run stopped the model"
+    )
+    methods = summary(tmp_path / "out")["intervals"]["methods"]
+    assert list(methods) == [*fixed, "anytime_index", "anytime_metric"]
+    assert (methods["anytime_index"], methods["anytime_metric"]) == (index, metric)
+    assert dxi_score(server.url, data, cache, tmp_path / "scored", THREE) == 0
+    assert summary(tmp_path / "scored")["intervals"]["methods"] == methods
+    html = {k: str(escape(v)) for k, v in methods.items()}  # as the report writes them
+    legend = (
+        "An adaptive run's figures marked ≈ (estimates of the whole set) have instead, as each "
+        "model's whole-set index in its note, an anytime-valid 95% interval, which holds although "
+        f"the run chose when to stop: for the Decision Index, the {html['anytime_index']}; for "
+        "accuracy, the non-hallucination rate, each F1 and mean F1, the "
+        f"{html['anytime_metric']}.\nWildGuardTest's three F1 scores are in its section."
+    )
+    for out, until in ((tmp_path / "report", True), (tmp_path / "plain-report", False)):
+        if not until:  # a run without --until completes the models: no adaptive run's summary
+            assert dxi_run(server.url, data, cache, tmp_path / "plain", models=THREE) == 0
+            plain = summary(tmp_path / "plain")["intervals"]["methods"]
+            assert list(plain) == fixed
+        inputs = PlanInputs(data_dir=data, cache_dir=cache, out=out)
+        rescore.rescore(rescore.select(inputs), html=True)
+        page = (out / "report.html").read_text()
+        assert page.count(legend) == until, until
+        assert page.count("anytime-valid confidence sequence") == 2 * until, until

@@ -895,6 +895,42 @@ def test_plan_help_lists_no_sending_option_and_refuses_one(capsys):
     )
 
 
+def test_a_refused_export_leaves_no_folder_behind(data_dir: Path, tmp_path: Path, capsys):
+    """`dxi export` checks before scoring that TARGET can be written, but makes its folder only as
+    it writes: an export refused (no cache; an evaluation selected without its data) leaves nothing
+    behind (it left the empty folders a/b). One that writes makes them."""
+    cache = tmp_path / "cache"
+    folders = ["--data-dir", str(data_dir), "--cache-dir", str(cache)]
+    targets = {"csv": tmp_path / "a" / "b" / "out.csv", "eee": tmp_path / "a" / "b" / "records"}
+
+    def export(fmt: str, *more: str) -> int:
+        return main(["export", "--format", fmt, str(targets[fmt]), *folders, "-q", *more])
+
+    for fmt in targets:
+        assert export(fmt) == EXIT_USAGE
+        assert capsys.readouterr().err == (
+            f"dxi export: error: no cache at {cache}: run `dxi run` first, or pass --cache-dir\n"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+    run = ["run", "--model", "embedded", "--evals", "when2call", *folders, "-q"]
+    assert main([*run, "--out", str(tmp_path / "out")]) == 0
+    shutil.rmtree(data_dir / "hle")
+    for fmt in targets:
+        assert export(fmt) == EXIT_USAGE
+        assert capsys.readouterr().err.startswith(
+            "dxi export: error: no data for hle_multichoice, which the scoring selects"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "data", "out"]
+    for fmt in targets:  # written: the folders made
+        assert export(fmt, "--evals", "when2call") == 0
+    capsys.readouterr()
+    files = (p for p in (tmp_path / "a/b").rglob("*") if p.is_file())
+    written = sorted(p.relative_to(tmp_path / "a/b") for p in files)
+    model = Path("records/data/decision-index/embedded/sparrow-nano-general-v1.1")
+    assert [p.parent for p in written] == [Path("."), model, model]  # out.csv, When2Call's two
+    assert [p.suffix for p in written] == [".csv", ".json", ".jsonl"]
+
+
 @pytest.mark.parametrize("command", ["run", "estimate"])
 def test_a_selected_evaluation_without_data_is_refused_before_anything_is_sent(
     command: str, data_dir: Path, tmp_path: Path, capsys

@@ -296,3 +296,93 @@ def test_dxi_report_killed_while_it_puts_its_outputs_in_place_is_settled_by_the_
         "summary.json",
         "tables",
     ]
+
+
+@pytest.mark.process
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["committing:1", "marked:1"], ids=["before-mark", "after-mark"])
+def test_dxi_run_killed_while_it_puts_its_outputs_in_place_is_settled_by_the_next_dxi_run(
+    data_dir: Path, tmp_path: Path, point: str
+):
+    """The test above for `dxi run`, which settles a folder first thing (``options.repair``) as
+    `dxi score` and `dxi report` do: over a report's outputs, a `dxi run --limit 1` killed
+    (SIGKILL) inside the step that puts its outputs in place, before its mark or after it. The
+    same command run again says in one line what it repaired, then runs: on one copy of the
+    folder to its end (the copy then holds its outputs and its run-history.jsonl, no staging
+    folder; rolled back, the earlier report was there again, so it says it took the report
+    away), on another killed at its own commit, whose ``.old`` then holds what the repair left
+    in the folder: the earlier report's files back, byte for byte, or the killed run's, exactly
+    as it had staged them."""
+    import subprocess
+
+    from dxi.runner.cli import main
+
+    from .conftest import DXI
+    from .helpers import events
+    from .helpers.runs import run_plan
+
+    folders = ["--data-dir", str(data_dir), "--cache-dir", str(tmp_path / "cache")]
+
+    def dxi_run(out: str, kill_at: str | None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [DXI, "run", "--model", "embedded", "--limit", "1", *folders, "--out", out, "-q"],
+            cwd=tmp_path,
+            env=events.env(tmp_path / f"{out}.jsonl", kill_at),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    assert run_plan(data_dir, tmp_path).exit_code == 0
+    out = tmp_path / "out"
+    assert main(["report", *folders, "--out", str(out), "-q"]) == 0
+    before = _files(out)
+    killed = dxi_run("out", point)
+    assert killed.returncode == -9, killed.stderr
+    ((_, _, pid, moved),) = events.read(tmp_path / "out.jsonl", "committing")
+    assert moved == ["answers.parquet", "tables", "report.html", "summary.json"]
+    folder = f"{staging.PREFIX}{pid}"
+    assert sorted(p.name for p in out.iterdir()) == [folder]  # no output in place
+    staged = {k.removeprefix(f"{folder}/"): v for k, v in _files(out).items() if "/." not in k}
+    assert sorted(staged) == ["answers.parquet", "summary.json"]  # a run's: no report
+    assert staged["summary.json"] != before["summary.json"]  # --limit 1: its own figures
+    names = "answers.parquet, tables/, report.html, summary.json"
+    if point == "committing:1":
+        line = (
+            f"had moved the earlier ones aside; they were moved back, so {{out}} is as it was; "
+            f"it holds: {names}."
+        )
+        expected = before
+    else:
+        line = (
+            "had decided to (its mark was written); what it had not moved in was moved in: "
+            "{out} holds that scoring's outputs, whole (answers.parquet, summary.json)."
+        )
+        expected = staged
+    repaired = (
+        f"note: repaired {{out}}: a dxi killed (pid {pid}) while it put its outputs in place "
+        f"{line}\n"
+    )
+    shutil.copytree(out, tmp_path / "whole")
+    shutil.copytree(out, tmp_path / "cut")
+    done = dxi_run("whole", None)
+    assert (done.returncode, done.stderr) == (0, repaired.format(out="whole"))
+    removed = (
+        "note: whole/report.html and whole/tables (an earlier scoring's, which summary.json no "
+        "longer matches) were removed: `dxi report` writes them for this one\n"
+    )
+    assert done.stdout.endswith(
+        "written to whole/summary.json and whole/answers.parquet\n"
+        + (removed if point == "committing:1" else "")
+    ), done.stdout[-400:]
+    assert sorted(p.name for p in (tmp_path / "whole").iterdir()) == [
+        "answers.parquet",
+        "run-history.jsonl",
+        "summary.json",
+    ]
+    # the same run cut at its own commit: what its repair left in the folder is in its .old
+    cut = dxi_run("cut", "committing:1")
+    assert (cut.returncode, cut.stderr) == (-9, repaired.format(out="cut"))
+    ((_, _, again, _),) = events.read(tmp_path / "cut.jsonl", "committing")
+    old = tmp_path / "cut" / f"{staging.PREFIX}{again}" / staging.OLD
+    assert _files(old) == expected

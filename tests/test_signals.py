@@ -899,6 +899,87 @@ def test_ctrl_c_while_python_itself_starts_prints_one_line(tmp_path: Path, event
         assert (code, stdout, stderr) == (130, "", "Interrupted (Ctrl-C).\n")
 
 
+# a terminal's Ctrl-C (a scheduler's SIGTERM) reaches the whole process group: the embedded model's
+# workers too, while they start (their interpreter, then the dxi script's module, then their
+# initializer): sent by the worker itself, from inside an import, to its group
+SIGNAL_FROM_A_WORKER = '''
+import os, signal, sys
+
+WORKER = "--multiprocessing-fork" in sys.argv  # a process multiprocessing spawned
+
+class GroupSignalOnImport:
+    """In a spawned worker, sends the whole process group {sig} when {module} is first imported:
+    once, by the first worker there (the mark made exclusively: one signal, not one a worker)."""
+    def find_spec(self, name, path=None, target=None):
+        if WORKER and name == {module!r}:
+            sys.meta_path.remove(self)
+            try:
+                os.close(os.open({mark!r}, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return None
+            os.killpg(os.getpgid(0), signal.{sig})
+        return None
+
+sys.meta_path.insert(0, GroupSignalOnImport())
+'''
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("module", ["socket", "dxi.__main__", "dxi.embedded_worker"])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_to_the_group_while_the_embedded_workers_start_stops_the_run_with_one_line(
+    tmp_path: Path, module: str, sig: str
+):
+    """Ctrl-C (or SIGTERM) to `dxi run`'s process group while an embedded worker is still
+    starting: in its interpreter's start-up (multiprocessing imports ``socket``), as it imports
+    the dxi script's module (``dxi.__main__``: spawn runs the script as ``__mp_main__``), or as
+    it unpickles its initializer (``dxi.embedded_worker``). The workers start with both signals
+    held (``adapters.embedded``) and ignore them (``dxi.__main__`` leaves a worker's to
+    ``embedded_worker.load``), so the run drains as after any first signal: exit 130 (143), one
+    line, no traceback. Before, the worker printed a KeyboardInterrupt traceback ("Fatal Python
+    error: init_import_site" in ``site``) or a bare "Interrupted (Ctrl-C)." and died, and the run
+    ended on "unexpected error: BrokenProcessPool", exit 70."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    mark = tmp_path / "signalled"
+    (hook / "sitecustomize.py").write_text(
+        SIGNAL_FROM_A_WORKER.format(sig=sig, module=module, mark=str(mark))
+    )
+    data = data_dir(tmp_path / "data", 3)
+    cmd = dxi_command(data, tmp_path / "cache", tmp_path / "out", "-q", models=["embedded"])
+    with (tmp_path / "stdout").open("wb") as out, (tmp_path / "stderr").open("wb") as err:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            env=dict(os.environ, PYTHONPATH=str(hook)),
+        )
+    try:
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in group(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+    stdout, stderr = output(tmp_path)
+    name = "Ctrl-C" if sig == "SIGINT" else "SIGTERM"
+    assert mark.exists()  # the worker reached the import and signalled the group
+    assert code == (130 if sig == "SIGINT" else 143), (code, stdout, stderr)
+    assert "Traceback" not in stdout + stderr and "Fatal Python error" not in stderr, stderr
+    lines = stderr.splitlines()  # stdout: the tables of what arrived, scored (-q: no progress)
+    # drained (the worker answers once started): how many requests were in flight by then is the
+    # machine's (each spawns a worker as it is sent), so the count is not compared
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith(
+        f"Interrupted ({name}): the requests in flight finished and are stored; "
+    ), stderr
+    assert (
+        f"Every reply that arrived is in {tmp_path / 'cache'}; rerun the same command to "
+        "continue." in lines[0]
+    ), stderr
+
+
 def test_the_progress_says_the_run_is_stopping_and_counts_down():
     from io import StringIO
 

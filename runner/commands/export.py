@@ -71,10 +71,12 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..export import ExportError, export
     from ..rescore import select
 
-    if args.format == "eee":  # before scoring: the folder (or file) written must be writable
-        paths.output_folder(args.target, "TARGET")
+    # before scoring: the folder (or file) written must be writable; made only when written, so
+    # that a refused export (no data, no cache) leaves nothing behind
+    if args.format == "eee":
+        paths.output_folder(args.target, "TARGET", create=False)
     else:
-        paths.output_file(args.target, "TARGET")
+        paths.output_file(args.target, "TARGET", create=False)
     selection = select(args)
     try:
         done = export(selection, args.format, args.target, include_missing=args.include_missing)

@@ -280,6 +280,7 @@ def summarize(
         summary, scored = stopped_pairs.claim(summary, scored, intervals)
     # a model stopped before the end: its headline intervals the anytime-valid ones
     summary, scored = headline(summary, scored)
+    summary = estimates.name_anytime(summary)  # and intervals.methods names them
     # the tables say which figures are estimates, and which interval each has
     scored = estimates.columns(summary, scored)
     # what produced it (the dxi version, the git commit of a checkout, Python, the platform): asked

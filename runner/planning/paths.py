@@ -5,7 +5,9 @@ chained tracebacks, an export to ``/proc/x.csv`` as a Polars traceback (issue 32
 
 Each check creates the folder (as the command would) and creates and removes a file in it, which is
 what root is refused too (a folder under a regular file, a read-only file system, ``/proc``,
-``/sys``); ``os.access`` would say yes to root. The errors name the flag and the path and say why:
+``/sys``); ``os.access`` would say yes to root. (``dxi export``'s TARGET is tried in the nearest
+folder of its path that exists instead, and made only as it is written: a refused export leaves no
+folder behind.) The errors name the flag and the path and say why:
 
 * an output (``--out``, ``dxi export``'s TARGET, ``dxi data fetch --data-dir``, ``dxi fetch-model
   --dir``): ``UsageError``, exit code 2;
@@ -46,11 +48,31 @@ def _probe(folder: Path) -> None:
         probe.unlink(missing_ok=True)
 
 
-def output_folder(path: Path, flag: str) -> None:
-    """Make sure the output folder ``path`` (given as ``flag``, e.g. ``--out``) can be written:
-    created if missing. UsageError (exit code 2) naming ``flag``, the path and why, otherwise."""
+def _probe_uncreated(folder: Path) -> None:
+    """Whether ``folder`` could be created (with its missing parents) and a file written in it,
+    found without leaving anything behind: a folder and a file are made in the nearest of ``folder``
+    and its parents that exists, then removed (``dxi export`` makes TARGET's folder only when it
+    writes, so that a refused export creates nothing). OSError when they cannot be."""
+    here = next(part for part in (folder, *folder.parents) if part.exists())
+    if not here.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(here))
+    if here == folder:
+        _probe(folder)
+        return
+    trial = here / f".dxi-write-check-{os.getpid()}.d"
+    trial.mkdir()
     try:
-        _probe(path)
+        _probe(trial)
+    finally:
+        trial.rmdir()
+
+
+def output_folder(path: Path, flag: str, create: bool = True) -> None:
+    """Make sure the output folder ``path`` (given as ``flag``, e.g. ``--out``) can be written:
+    created if missing (with ``create``; otherwise left as it is, its writing tried in the nearest
+    folder there). UsageError (exit code 2) naming ``flag``, the path and why, otherwise."""
+    try:
+        (_probe if create else _probe_uncreated)(path)
     except OSError as exc:
         why = _why(path, exc)
         raise UsageError(
@@ -58,14 +80,14 @@ def output_folder(path: Path, flag: str) -> None:
         ) from None
 
 
-def output_file(path: Path, flag: str) -> None:
+def output_file(path: Path, flag: str, create: bool = True) -> None:
     """Make sure the file ``path`` (given as ``flag``) can be written: not a folder, its folder
-    writable (created if missing). UsageError (exit code 2) otherwise. (``runner.export`` refuses a
-    folder too, for its library callers.)"""
+    writable (created if missing, with ``create``: as ``output_folder``). UsageError (exit code 2)
+    otherwise. (``runner.export`` refuses a folder too, for its library callers.)"""
     if path.is_dir():
         raise UsageError(f"{flag} {path} is a folder: give the file to write")
     try:
-        _probe(path.parent)
+        (_probe if create else _probe_uncreated)(path.parent)
     except OSError as exc:
         why = _why(path.parent, exc)
         raise UsageError(
