@@ -581,3 +581,90 @@ async def test_a_system_one_health_that_redirects_or_fails_is_named_so(
     )
     assert str(error) == message.format(url=url, elsewhere=elsewhere_url)
     assert reached == []
+
+
+@pytest.mark.parametrize(
+    ("timeout", "max_reply", "why"),
+    [
+        (0.5, 60.0, "no further byte within the idle timeout (--timeout)"),
+        (60.0, 0.5, "the reply took longer than --max-reply-time 0.5 s"),
+    ],
+    ids=["idle-timeout", "max-reply-time"],
+)
+async def test_a_whole_reply_cut_after_its_body_began_is_not_sent_again_in_the_run(
+    data_dir: Path, tmp_path: Path, timeout: float, max_reply: float, why: str
+):
+    """A reply sent whole (not streamed) whose body began to arrive (50 bytes after the headers)
+    and then stopped (silence past ``--timeout``, or ``--max-reply-time`` passing) was generated,
+    and billed: it is not sent again in the run (it was sent 6 times), charged its reservation,
+    stored as a transient failure that says how much arrived (it said "no byte of the reply within
+    the idle timeout"), and sent again by the next run, as a cut stream is."""
+    import asyncio
+    import re
+
+    from aiohttp import web
+
+    from dxi import adapters
+    from dxi.cache import Cache
+    from dxi.evals import Suite, discover
+    from dxi.runner.planning.plan import ModelRun
+    from dxi.runner.sending.cost import Budget
+    from dxi.runner.sending.scheduler import run
+
+    arrivals: list[float] = []
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        arrivals.append(asyncio.get_running_loop().time())
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"id": "chatcmpl-1", "object": "chat.completion", ')  # 50 bytes
+        await release.wait()
+        return response
+
+    price = (1000.0, 2000.0)  # USD per million input / output tokens
+    limits = replace(FAST, attempt_timeout_s=timeout, max_reply_time_s=max_reply, max_attempts=6)
+    outcomes = []
+    async with served("POST", "/v1/chat/completions", handler) as url:
+        try:
+            for _ in range(2):  # the run, then the next run
+                spec = adapters.ModelSpec(
+                    "openai", "gpt-fake", f"{url}/v1", {"max_completion_tokens": 8000}
+                )
+                adapter = adapters.get(spec, replace(limits, stream="never"))
+                await adapter.start()
+                budget = Budget(100.0)
+                try:
+                    with Cache(tmp_path / "c") as cache:
+                        await run(
+                            [ModelRun(adapter, price=price)],
+                            Suite(discover(data_dir), limit=1, evals=("when2call",)),
+                            cache,
+                            budget=budget,
+                        )
+                        rows = cache.scan().collect()
+                finally:
+                    await adapter.close()
+                outcomes.append((len(arrivals), budget, rows))
+        finally:
+            release.set()
+    (sent, budget, rows), (sent_again, _, rows_again) = outcomes
+    assert (sent, sent_again) == (1, 2)  # not resent in the run; sent again by the next run
+    row = rows.row(0, named=True)
+    assert (row["status"], row["error_kind"], row["attempts"], row["http_status"]) == (
+        "failed",
+        "transient",
+        1,
+        None,
+    )
+    assert (row["answers"], row["raw_reply"]) == (None, None)
+    assert re.fullmatch(
+        r"openai:gpt-fake: the reply was cut after 50 bytes had arrived, (\d+\.\d) s after it "
+        rf"was sent \({re.escape(why)}\); its partial text is never scored\. Not sent again in "
+        r"this run \(the part that arrived was billed\): the next run requests it again",
+        row["error"],
+    )
+    assert float(re.search(r"arrived, (\S+) s", row["error"])[1]) >= 0.5
+    # charged its reservation: at least max_completion_tokens at the output price, all of it kept
+    assert budget.spent == budget.spent_at_reservation > 8000 * 2000.0 / 1e6
+    assert rows_again.height == 2  # the next run's row beside it (the cache is append-only)
