@@ -600,12 +600,14 @@ async def post_stream(
                         if assembler.feed(event, text) and progress.first_token is None:
                             progress.first_token = time.perf_counter()
                         progress.began = assembler.began
-                        if assembler.error is not None:
+                        if assembler.ended:  # [DONE] or an error: nothing after it is read
                             break
-                    if assembler.error is not None:
+                    if assembler.ended:
                         break
-                for event, text in parser.close():
+                for event, text in [] if assembler.ended else parser.close():
                     assembler.feed(event, text)
+                    if assembler.ended:
+                        break
             except MalformedReply as exc:  # its text is the raw event's: redacted
                 exc.args = (_redacted(str(exc), secrets),)
                 exc.raw = None if exc.raw is None else _redacted(exc.raw, secrets)

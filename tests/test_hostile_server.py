@@ -668,3 +668,81 @@ async def test_a_whole_reply_cut_after_its_body_began_is_not_sent_again_in_the_r
     # charged its reservation: at least max_completion_tokens at the output price, all of it kept
     assert budget.spent == budget.spent_at_reservation > 8000 * 2000.0 / 1e6
     assert rows_again.height == 2  # the next run's row beside it (the cache is append-only)
+
+
+def _first_answers(body: dict) -> bytes:
+    """The answer JSON a model would write to a Chat Completions request ``body``: each question
+    the first value its schema allows."""
+    import orjson
+
+    schema = body["response_format"]["json_schema"]["schema"]
+    return orjson.dumps({q: s["enum"][0] for q, s in schema["properties"].items()})
+
+
+def _usage(prompt: int, completion: int) -> dict:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+@pytest.mark.parametrize(
+    ("tail", "tokens", "stored"),
+    [
+        # after [DONE]: text that would make the answer invalid, and a usage of 1 and 0 tokens
+        ("after-done", (100, 50), (100, 50)),
+        # two usage chunks whose counts fall (100/50, then 1/0): no usage believed, none kept
+        ("falling-usage", (None, None), None),
+        # counts that grow from one usage chunk to the next: cumulative, the last kept
+        ("growing-usage", (100, 50), (100, 50)),
+    ],
+)
+async def test_a_streams_usage_is_read_to_done_and_only_when_its_counts_never_fall(
+    data_dir: Path, tmp_path: Path, tail: str, tokens: tuple, stored: tuple | None
+):
+    """An OpenAI stream is read to ``data: [DONE]`` and no further (as the openai SDK's
+    ``Stream``): a chunk after it (more text, another usage) was joined in, making the answer
+    invalid and the reply's cost $0. Usage stated in several chunks is kept only while its counts
+    never fall (the last one silently won: 100/50 then 1/0 cost $0)."""
+    import orjson
+    from aiohttp import web
+
+    from .fakes import sse_streams
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        answers = _first_answers(await request.json())
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-fake"}
+
+        async def chunk(choices: list, usage: dict | None = None) -> None:
+            await response.write(sse_streams.frame(base | {"choices": choices, "usage": usage}))
+
+        delta = {"role": "assistant", "content": answers.decode()}
+        await chunk([{"index": 0, "delta": delta, "finish_reason": None}])
+        await chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}])
+        if tail == "growing-usage":
+            await chunk([], _usage(100, 10))
+        await chunk([], _usage(100, 50))
+        if tail == "falling-usage":
+            await chunk([], _usage(1, 0))
+        await response.write(b"data: [DONE]\n\n")
+        if tail == "after-done":
+            garbage = [{"index": 0, "delta": {"content": "garbage"}, "finish_reason": None}]
+            await chunk(garbage, _usage(1, 0))
+        await response.write_eof()
+        return response
+
+    async with served("POST", "/v1/chat/completions", handler) as url:
+        limits = replace(FAST, stream="always", max_attempts=1)
+        _, stats, rows = await run_model(
+            f"openai:gpt-fake@{url}/v1", data_dir, tmp_path / "c", limits=limits
+        )
+    row = rows.row(0, named=True)
+    assert (stats.sent, stats.ok, row["status"], row["attempts"]) == (1, 1, "ok", 1)
+    assert {a["status"] for a in row["answers"]} == {"ok"}
+    assert (row["input_tokens"], row["output_tokens"]) == tokens
+    reply = orjson.loads(row["raw_reply"])
+    assert b"garbage" not in row["raw_reply"].encode()
+    assert reply.get("usage") == (None if stored is None else _usage(*stored))
