@@ -42,7 +42,10 @@ from .errors import (
     Unreachable,
     status_kind,
 )
-from .json_body import load_json  # noqa: F401 (re-exported: the adapters read replies with it)
+from .json_body import (  # noqa: F401 (re-exported: the adapters read replies with them)
+    load_json,
+    load_reply,
+)
 from .provider_errors import (
     body_error,
     error_doc,

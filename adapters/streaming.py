@@ -51,7 +51,7 @@ from typing import Any
 
 import orjson
 
-from .json_body import load_json
+from .json_body import load_json, load_reply
 from .provider_errors import body_error
 
 # The Anthropic SDK's rule for a request it refuses without streaming (anthropic 2.16.0,
@@ -148,7 +148,7 @@ class Assembler:
             return False
         if event == "ping":
             return False
-        doc = load_json(data)
+        doc = load_reply(data)
         if body_error(doc) is not None:
             self.error = doc
             return False

@@ -746,3 +746,69 @@ async def test_a_streams_usage_is_read_to_done_and_only_when_its_counts_never_fa
     reply = orjson.loads(row["raw_reply"])
     assert b"garbage" not in row["raw_reply"].encode()
     assert reply.get("usage") == (None if stored is None else _usage(*stored))
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [
+        ("usage-twice", "reply names the key 'usage' twice: which value is meant is ambiguous"),
+        ("choices-twice", "reply names the key 'choices' twice: which value is meant is ambiguous"),
+        (
+            "content-twice",
+            "reply names the key 'content' twice in choices[0].message: which value is meant is "
+            "ambiguous",
+        ),
+        ("error-beside-choices", "an error inside a 200 reply: partial failure"),
+    ],
+    ids=["usage-twice", "choices-twice", "content-twice", "error-beside-choices"],
+)
+async def test_a_reply_that_names_a_key_twice_or_an_error_beside_its_answer_is_not_stored(
+    data_dir: Path, tmp_path: Path, fault: str, error: str
+):
+    """A Chat Completions body that names a key twice anywhere (``"usage"`` twice: 100/10 then
+    1/0; ``"choices"`` twice: the first's answers invalid, the second's valid) is a malformed reply,
+    retried, never stored as an answer: the last of each silently won (the second ``choices``
+    scored). So is a 200 whose valid ``choices`` come with a top-level ``error`` (stored as an
+    answer before), as ``finish_reason: "error"`` is."""
+    import orjson
+    from aiohttp import web
+
+    arrivals = []
+
+    async def handler(request: web.Request) -> web.Response:
+        arrivals.append(1)
+        answers = _first_answers(await request.json()).decode()
+        message = {"role": "assistant", "content": answers}
+        choices = [{"index": 0, "message": message, "finish_reason": "stop"}]
+        doc = {"id": "c", "object": "chat.completion", "model": "gpt-fake"}
+        body = orjson.dumps(doc | {"choices": choices, "usage": _usage(100, 10)})
+        if fault == "usage-twice":
+            body = body[:-1] + b',"usage":' + orjson.dumps(_usage(1, 0)) + b"}"
+        elif fault == "choices-twice":
+            invalid = orjson.dumps({"q": "not-an-option"}).decode()
+            first = [
+                {"index": 0, "message": message | {"content": invalid}, "finish_reason": "stop"}
+            ]
+            body = orjson.dumps(doc | {"choices": first, "usage": _usage(100, 10)})
+            body = body[:-1] + b',"choices":' + orjson.dumps(choices) + b"}"
+        elif fault == "content-twice":
+            body = body.replace(b'"role":"assistant"', b'"role":"assistant","content":"x"')
+        else:
+            body = body[:-1] + b',"error":{"message":"partial failure"}}'
+        return web.Response(body=body, content_type="application/json")
+
+    async with served("POST", "/v1/chat/completions", handler) as url:
+        limits = replace(FAST, stream="never", max_attempts=2)
+        _, stats, rows = await run_model(
+            f"openai:gpt-fake@{url}/v1", data_dir, tmp_path / "c", limits=limits
+        )
+    row = rows.row(0, named=True)
+    assert (len(arrivals), stats.ok, stats.failed) == (2, 0, 1)  # retried, as any malformed reply
+    assert (row["status"], row["error_kind"], row["attempts"], row["answers"]) == (
+        "failed",
+        "transient",
+        2,
+        None,
+    )
+    assert (row["input_tokens"], row["output_tokens"]) == (None, None)
+    assert row["error"] == error
