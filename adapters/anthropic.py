@@ -72,7 +72,7 @@ from dxi.evals import Task
 from . import budgets, llm
 from .base import Limits, ModelSpec, Reply, Request
 from .errors import MalformedReply, Transient
-from .http import HTTPAdapter, as_count, load_json
+from .http import HTTPAdapter, as_count, load_reply
 from .provider_errors import body_error
 from .streaming import MessagesAssembler, anthropic_sdk_refuses
 
@@ -135,7 +135,7 @@ def decode_messages(
     """Parse a Messages reply to a structured-output request (``structured="output_config"``) or a
     forced-tool one (``"tool"``); see the module docstring. ``doc``: ``body`` parsed already
     (``Adapter.decode_parsed``), else None."""
-    doc = load_json(body) if doc is None else doc
+    doc = load_reply(body) if doc is None else doc
     if (error := body_error(doc)) is not None:
         raise Transient(f"an error inside a 200 reply: {error}", 200)
     if not isinstance(doc, dict) or not isinstance(doc.get("content"), list):

@@ -88,9 +88,9 @@ class Progress:
     """What arrived of one attempt's reply, as it arrives (``Adapter.transmit`` fills it; the runner
     reads it when the attempt ends, whatever the outcome): ``started`` (``time.perf_counter()`` when
     it was sent), ``streamed`` (the request was streamed), ``began`` (part of the reply arrived: a
-    streamed reply's first event), ``first_token`` (``perf_counter()`` when the first generated
-    token arrived: text, thinking, a refusal; streamed replies only) and ``received`` (bytes of the
-    reply body read)."""
+    streamed reply's first event, a byte of a whole 2xx reply's body), ``first_token``
+    (``perf_counter()`` when the first generated token arrived: text, thinking, a refusal; streamed
+    replies only) and ``received`` (bytes of the reply body read)."""
 
     started: float = 0.0
     streamed: bool = False

@@ -9,8 +9,9 @@
     │   │                          wait: ``retry_after`` seconds when given
     │   └── Transient              408, 409, 425 and every other 5xx (``TRANSIENT_STATUSES``), any other
     │       │                      status with ``x-should-retry: true``; timeouts, connection
-    │       │                      errors; a streamed reply cut after it began (not retried in
-    │       │                      this run: part of it arrived, billed; ``http.cut_stream``)
+    │       │                      errors; a reply cut after it began, streamed or whole (not
+    │       │                      retried in this run: part of it arrived, billed;
+    │       │                      ``http.cut_stream``)
     │       ├── MalformedReply     a body that is not the wire format (not JSON, no ``answers``), an
     │       │                      error inside a 200, a compressed body cut before its trailer
     │       └── Unreachable        no connection could be opened (refused, no route, a name that does not

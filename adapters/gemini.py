@@ -43,7 +43,7 @@ from dxi.evals import Task
 from . import llm, provider_errors
 from .base import Reply, Request
 from .errors import MalformedReply, Transient
-from .http import HTTPAdapter, as_count, load_json
+from .http import HTTPAdapter, as_count, load_reply
 from .provider_errors import body_error
 from .streaming import LONG_REPLY_TOKENS, GenerateAssembler, gemini_stream_path
 
@@ -78,7 +78,7 @@ def _usage(doc: dict) -> tuple[int | None, int | None, int | None]:
 def decode_generate(task: Task, body: bytes, doc: Any = None) -> Reply:
     """Parse a generateContent reply (see the module docstring); ``doc``: ``body`` parsed already
     (``Adapter.decode_parsed``), else None."""
-    doc = load_json(body) if doc is None else doc
+    doc = load_reply(body) if doc is None else doc
     if (error := body_error(doc)) is not None:
         raise Transient(f"an error inside a 200 reply: {error}", 200)
     if not isinstance(doc, dict):

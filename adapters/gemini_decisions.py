@@ -41,7 +41,7 @@ from dxi.evals import Task
 from .base import Reply, Request
 from .errors import MalformedReply, Transient
 from .gemini import API_KEY_ENVS, billed_output, retry_delay
-from .http import HTTPAdapter, as_count, load_json
+from .http import HTTPAdapter, as_count, load_reply
 from .llm import invalid_reply
 from .provider_errors import body_error
 from .systemone import decode_answers, encode_questions
@@ -65,7 +65,7 @@ def _usage(doc: dict) -> dict:
 def decode_decision(task: Task, body: bytes) -> Reply:
     """Parse a CreateDecisionResponse into one validated Answer per question (see the module
     docstring)."""
-    doc: Any = load_json(body)
+    doc: Any = load_reply(body, answers="answers")
     if (error := body_error(doc)) is not None:
         raise Transient(f"an error inside a 200 reply: {error}", 200)
     if not isinstance(doc, dict):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import math
 import os
 import re
@@ -41,7 +42,10 @@ from .errors import (
     Unreachable,
     status_kind,
 )
-from .json_body import load_json  # noqa: F401 (re-exported: the adapters read replies with it)
+from .json_body import (  # noqa: F401 (re-exported: the adapters read replies with them)
+    load_json,
+    load_reply,
+)
 from .provider_errors import (
     body_error,
     error_doc,
@@ -422,7 +426,11 @@ async def post(
     final for this run; ``true`` makes another 4xx retryable. Messages never include the request
     headers, and ``secrets`` (the API key the headers carry, ``secrets_in(headers)``, computed once
     per adapter) are redacted from every body returned or quoted.
+
+    Sent by ``HTTPAdapter.transmit`` (an attempt's ``Progress`` in ``ATTEMPT``), a 2xx reply whose
+    body began to arrive and was then cut is final for this run: ``began_whole``.
     """
+    progress = ATTEMPT.get()
     try:
         async with client.request(
             method, url, data=body, headers=headers, allow_redirects=False
@@ -437,6 +445,9 @@ async def post(
                 if status < 300:
                     raise
                 payload = exc.prefix  # an error body that large: its start says enough
+            except BaseException:  # (also the cancellation of --max-reply-time)
+                began_whole(progress, resp)
+                raise
             if status < 300:
                 return payload
             raise error_for(status, payload, resp.headers, what, retry_after_from_body, secrets)
@@ -450,10 +461,31 @@ async def post(
     ) as exc:  # the server was not reached
         raise Unreachable(f"{what}: {transport_failure(exc, secrets)}") from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+        if progress is not None and progress.began:
+            raise cut_stream(what, progress, cut_failure(exc, secrets)) from None
         idle = isinstance(exc, aiohttp.SocketTimeoutError)
         raise (IdleTimeout if idle else Transient)(
             f"{what}: {transport_failure(exc, secrets)}"
         ) from None
+
+
+ATTEMPT: contextvars.ContextVar[Progress | None] = contextvars.ContextVar("attempt", default=None)
+"""The ``Progress`` of the attempt this task is sending, set by ``HTTPAdapter.transmit`` around
+``send`` (whose signature carries none), so that ``post`` notes a reply that began to arrive; None
+outside an attempt (the batch APIs' calls)."""
+
+
+def began_whole(progress: Progress | None, resp: aiohttp.ClientResponse) -> None:
+    """Note in ``progress`` whether a reply sent whole (not streamed) that failed while its body
+    was read had begun: a 2xx whose body had at least one byte arrive (after its status line and
+    headers; ``received`` the body bytes that arrived, as sent, before any decoding). Its model
+    was generating, and the provider billing, it: a cut then (the connection drops, no byte for
+    ``--timeout``, ``--max-reply-time`` passes) is final for this run, as a cut stream is
+    (``cut_stream``). A body that arrived whole is judged by what it holds instead (damaged
+    compression, not the wire format, an error inside a 200: retried)."""
+    if progress is not None and resp.status < 300:
+        progress.received = resp.content.total_bytes
+        progress.began = progress.received > 0
 
 
 def _decoder(resp: aiohttp.ClientResponse, what: str) -> Any:
@@ -470,20 +502,34 @@ def _decoder(resp: aiohttp.ClientResponse, what: str) -> Any:
 
 
 CUT = (
-    "{what}: the streamed reply was cut after {size:,} bytes ({why}); its partial text is never "
-    "scored. Not sent again in this run (the part that arrived was billed): the next run "
-    "requests it again"
+    "{what}: the {form} was cut after {size:,} bytes had arrived, {seconds:.1f} s after it was "
+    "sent ({why}); its partial text is never scored. Not sent again in this run (the part that "
+    "arrived was billed): the next run requests it again"
 )
 
 
 def cut_stream(what: str, progress: Progress, why: str) -> Transient:
-    """The failure of a stream that ended (``why``) after part of its reply arrived: Transient with
+    """The failure of a reply that ended (``why``) after part of it arrived (a streamed reply's
+    first event; a reply sent whole: a byte of its body, ``began_whole``): Transient with
     ``should_retry`` False (stored as a transient failure; the next run sends the request again) and
     no status (no whole reply came: the cost bound charges the attempt its reservation,
-    ``runner.sending.cost.Charge.settle``)."""
-    error = Transient(CUT.format(what=what, size=progress.received, why=why))
+    ``runner.sending.cost.Charge.settle``). Its words say how many bytes arrived, how long after
+    the request was sent."""
+    form = "streamed reply" if progress.streamed else "reply"
+    seconds = max(0.0, time.perf_counter() - progress.started)
+    error = Transient(
+        CUT.format(what=what, form=form, size=progress.received, seconds=seconds, why=why)
+    )
     error.should_retry = False
     return error
+
+
+def cut_failure(exc: BaseException, secrets: tuple[bytes, ...] = ()) -> str:
+    """Why a reply was cut, in words (``transport_failure``): after part of it arrived, the idle
+    timeout is no further byte for that long."""
+    if isinstance(exc, aiohttp.SocketTimeoutError):
+        return "no further byte within the idle timeout (--timeout)"
+    return transport_failure(exc, secrets)
 
 
 async def post_stream(
@@ -503,7 +549,8 @@ async def post_stream(
         ``secrets``. ``progress`` notes what arrived (``began``, ``first_token``, ``received``).
 
         A status other than 2xx raises as ``post`` does (``error_for``); a 2xx that is not
-        ``text/event-stream`` (a server that answered whole) is read as ``post`` reads it. The session's
+        ``text/event-stream`` (a server that answered whole) is read as ``post`` reads it (begun once
+        a byte of its body arrived: ``began_whole``). The session's
         read timeout is an idle timeout: a reply that keeps arriving is read for as long as it takes.
         Once part of the reply arrived (its first event), a failure (no byte for the idle timeout, a
         broken connection, an error event, a stream that ends before its stop) is final for this run
@@ -525,6 +572,9 @@ async def post_stream(
                     if status < 300:
                         raise
                     payload = exc.prefix
+                except BaseException:  # (also the cancellation of --max-reply-time)
+                    began_whole(progress, resp)
+                    raise
                 if status < 300:
                     progress.received = len(payload)
                     return payload
@@ -553,12 +603,14 @@ async def post_stream(
                         if assembler.feed(event, text) and progress.first_token is None:
                             progress.first_token = time.perf_counter()
                         progress.began = assembler.began
-                        if assembler.error is not None:
+                        if assembler.ended:  # [DONE] or an error: nothing after it is read
                             break
-                    if assembler.error is not None:
+                    if assembler.ended:
                         break
-                for event, text in parser.close():
+                for event, text in [] if assembler.ended else parser.close():
                     assembler.feed(event, text)
+                    if assembler.ended:
+                        break
             except MalformedReply as exc:  # its text is the raw event's: redacted
                 exc.args = (_redacted(str(exc), secrets),)
                 exc.raw = None if exc.raw is None else _redacted(exc.raw, secrets)
@@ -572,7 +624,7 @@ async def post_stream(
                 zlib.error,
             ) as exc:
                 if progress.began:
-                    raise cut_stream(what, progress, transport_failure(exc, secrets)) from None
+                    raise cut_stream(what, progress, cut_failure(exc, secrets)) from None
                 raise
             if assembler.error is not None:
                 if progress.began:
@@ -595,6 +647,8 @@ async def post_stream(
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
         raise Unreachable(f"{what}: {transport_failure(exc, secrets)}") from None
     except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+        if progress.began:  # a whole reply (the switch ignored) cut after its body began
+            raise cut_stream(what, progress, cut_failure(exc, secrets)) from None
         idle = isinstance(exc, aiohttp.SocketTimeoutError)  # before any of the reply: as post's
         raise (IdleTimeout if idle else Transient)(
             f"{what}: {transport_failure(exc, secrets)}"
@@ -878,12 +932,15 @@ class HTTPAdapter(Adapter):
         try:
             async with asyncio.timeout(bound):
                 if not progress.streamed:
+                    attempt = ATTEMPT.set(progress)  # post notes a reply that began (began_whole)
                     try:
                         return await self.send(request)
                     except IdleTimeout as exc:
                         if self.assembler() is not None:  # it has a streamed form: say so
                             exc.args = (f"{exc}{WHOLE_REPLY}",)
                         raise
+                    finally:
+                        ATTEMPT.reset(attempt)
                 body = self.stream_body(request.body)
                 try:
                     return await self._keyed(

@@ -61,12 +61,17 @@ def load_json(body: bytes | str) -> Any:
 
     The fast path is orjson; the body is parsed again by the standard library only when it holds
     more keys than the parsed value (a duplicate) or orjson refuses it."""
-    raw = body.encode() if isinstance(body, str) else body
+    return _parse(body.encode() if isinstance(body, str) else body)[0]
+
+
+def _parse(raw: bytes) -> tuple[Any, bool]:
+    """``load_json``'s value, and whether the standard library parsed it (only then can an object
+    in it be ``DuplicateKeys``)."""
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         try:
-            return json.loads(raw, object_pairs_hook=_pairs)
+            return json.loads(raw, object_pairs_hook=_pairs), True
         except (ValueError, RecursionError):
             raise MalformedReply(
                 f"reply is not JSON ({exc})", raw[:2000].decode("utf-8", "replace")
@@ -79,5 +84,45 @@ def load_json(body: bytes | str) -> Any:
         if raw.count(b":") != orjson.dumps(doc).count(b":") or (
             b"\\u" in raw and sum(1 for m in _STRING.finditer(raw) if m.group(1)) != _keys_in(doc)
         ):
-            return json.loads(raw, object_pairs_hook=_pairs)
+            return json.loads(raw, object_pairs_hook=_pairs), True
+    return doc, False
+
+
+def load_reply(body: bytes | str, answers: str | None = None) -> Any:
+    """Parse a provider's reply body (the wire format's envelope, or one streamed event of it) as
+    ``load_json`` does, refusing it when an object anywhere in it names a key twice (``"usage"`` or
+    ``"choices"`` twice: which one the provider meant is ambiguous, and JSON parsers keep the last
+    silently): MalformedReply naming the key and where. ``answers``: a top-level field whose keys
+    the decoder judges one answer at a time (a decision model's ``answers``: a question or option
+    named twice there makes that answer invalid, ``adapters.decision``), not looked into. The
+    model's own JSON text (a string inside the body) is ``load_json``'s, its duplicates the
+    answers'. Costs nothing more than ``load_json`` on a body that names no key twice (only a body
+    the standard library parsed again is looked into)."""
+    raw = body.encode() if isinstance(body, str) else body
+    doc, reparsed = _parse(raw)
+    if reparsed and (where := _named_twice(doc, "", answers)) is not None:
+        key, path = where
+        raise MalformedReply(
+            f"reply names the key {key!r} twice{f' in {path}' if path else ''}: which value is "
+            "meant is ambiguous",
+            raw[:2000].decode("utf-8", "replace"),
+        )
     return doc
+
+
+def _named_twice(value: Any, path: str, skip: str | None) -> tuple[str, str] | None:
+    """The first key named twice in ``value`` (at ``path``) and the path of its object; None when
+    none is."""
+    if isinstance(value, DuplicateKeys):
+        return value.duplicates[0], path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if path or key != skip:
+                found = _named_twice(item, f"{path}.{key}" if path else str(key), skip)
+                if found is not None:
+                    return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if (found := _named_twice(item, f"{path}[{i}]", skip)) is not None:
+                return found
+    return None

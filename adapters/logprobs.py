@@ -42,7 +42,7 @@ from dxi.evals import Task
 from . import llm
 from .base import Answer, Limits, ModelSpec, Reply, Request
 from .errors import MalformedReply, ProviderStop, Retryable
-from .http import HTTPAdapter, load_json
+from .http import HTTPAdapter, load_reply
 from .openai import (
     ReasoningEffort,
     cache_writes_of,
@@ -95,7 +95,7 @@ def _top_logprobs(choice: dict) -> list[tuple[str, float]] | None:
 
 def decode_logprobs(task: Task, body: bytes, n_top: int) -> Reply:
     """Parse the array of per-question Chat Completions replies into one decision per question."""
-    docs = load_json(body)
+    docs = load_reply(body)
     if not isinstance(docs, list) or len(docs) != len(task.questions):
         raise MalformedReply(
             f"expected a JSON array of {len(task.questions)} replies",

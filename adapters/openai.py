@@ -40,7 +40,7 @@ from dxi.evals import Task
 from . import llm
 from .base import EFFORTS, Reply, Request
 from .errors import MalformedReply, Transient
-from .http import HTTPAdapter, as_count, load_json
+from .http import HTTPAdapter, as_count, load_reply
 from .provider_errors import body_error
 from .streaming import LONG_REPLY_TOKENS, ChatAssembler
 
@@ -121,7 +121,7 @@ def decode_chat(
     """Parse a Chat Completions reply to a structured request (see the module docstring); ``cap``
     names the request's token cap in the reason of a reply cut off at it; ``doc``: ``body`` parsed
     already (``Adapter.decode_parsed``), else None."""
-    doc = load_json(body) if doc is None else doc
+    doc = load_reply(body) if doc is None else doc
     raise_body_error(doc)
     choice = choice_of(doc, body)
     message = choice.get("message") if isinstance(choice.get("message"), dict) else {}

@@ -32,7 +32,7 @@ from dxi.evals import CHOICE, Task
 from .base import Answer, Reply, Request
 from .decision import choice_answer, yes_no_answer
 from .errors import MalformedReply, Transient
-from .http import HTTPAdapter, as_count, load_json
+from .http import HTTPAdapter, as_count, load_reply
 from .openai import cache_writes_of, cached_of
 from .provider_errors import body_error
 
@@ -60,7 +60,7 @@ def encode_questions(task: Task) -> list[dict]:
 
 def decode_decisions(task: Task, body: bytes) -> Reply:
     """Parse a Decisions reply into one validated Answer per question (see the module docstring)."""
-    doc = load_json(body)
+    doc = load_reply(body, answers="answers")
     if (error := body_error(doc)) is not None:
         raise Transient(f"an error inside a 200 reply: {error}", 200)
     if not isinstance(doc, dict) or not isinstance(doc.get("answers"), list):

@@ -400,14 +400,18 @@ def streaming_refused(error: AdapterError) -> ProviderStop | None:
 
 def body_error(doc: Any) -> str | None:
     """The provider's message when a 200 reply carries an error instead of an answer, else None: an
-    ``error`` body (OpenRouter and other gateways, an Anthropic ``{"type": "error"}`` event), or a
-    Chat Completions choice whose ``finish_reason`` is ``"error"`` or that holds an ``error`` object
+    ``error`` body (OpenRouter and other gateways, an Anthropic ``{"type": "error"}`` event), a
+    top-level ``error`` beside the answer (``choices`` and an ``error`` object or message: which one
+    the provider meant is unknown, so never an answer stored), or a Chat Completions choice whose
+    ``finish_reason`` is ``"error"`` or that holds an ``error`` object
     (openrouter.ai/docs/api-reference/errors: "errors occurring mid-generation ... finish_reason:
-    error")."""
+    error"). An empty ``error`` beside ``choices`` (``null``, ``{}``, ``""``) is none."""
     if not isinstance(doc, dict):
         return None
     error = doc.get("error")
-    if doc.get("type") == "error" or (error is not None and error != {} and not doc.get("choices")):
+    if doc.get("type") == "error" or (
+        error is not None and error != {} and (bool(error) or not doc.get("choices"))
+    ):
         return _describe(error) or "an error body"
     for choice in doc.get("choices") or []:
         if isinstance(choice, dict) and (

@@ -24,7 +24,10 @@ bytes):
   reasoning text (``reasoning_content``, ``reasoning``) are joined per choice, a tool call's pieces
   by its ``index`` (its ``function.arguments`` joined, as the SDK does), the last chunk
   (``choices: []``) carries ``usage``. The result is a ``chat.completion`` object, as the openai
-  SDK's ``ChatCompletionStreamState`` builds it.
+  SDK's ``ChatCompletionStreamState`` builds it. A stream that states its usage in several chunks is
+  read as cumulative counts (the last kept) while no count falls or goes missing; one that does
+  (100 output tokens, then 0) states no usage that can be believed: the reply keeps none
+  (``usage_conflict``), so its cost is unknown, as a reply without usage.
 * ``MessagesAssembler``: Anthropic ``message_start``, ``content_block_start`` / ``_delta``
   (``text_delta``, ``thinking_delta``, ``signature_delta``, ``input_json_delta``) / ``_stop``,
   ``message_delta`` (the stop reason and the cumulative usage, which overwrites the start's),
@@ -35,8 +38,9 @@ bytes):
 
 A stream is whole once its stop is given (a ``finish_reason``, ``stop_reason`` or ``finishReason``,
 or a blocked prompt); one that ends before is cut (``complete`` False): a transient failure whose
-partial text is never scored. ``began`` says whether any event of the reply arrived (an error event
-before any does not count): a stream that began is never sent again in the same run
+partial text is never scored. ``data: [DONE]`` ends the stream (``done``): nothing after it is read,
+as the openai SDK's ``Stream`` stops there. ``began`` says whether any event of the reply arrived
+(an error event before any does not count): a stream that began is never sent again in the same run
 (``adapters.http``).
 """
 
@@ -47,7 +51,7 @@ from typing import Any
 
 import orjson
 
-from .json_body import load_json
+from .json_body import load_json, load_reply
 from .provider_errors import body_error
 
 # The Anthropic SDK's rule for a request it refuses without streaming (anthropic 2.16.0,
@@ -120,24 +124,31 @@ class SSEParser:
 class Assembler:
     """Builds the non-streamed reply from a stream's events (see the module docstring). ``began``:
     an event of the reply arrived; ``complete``: its stop was given; ``error``: the provider's error
-    event or chunk (its JSON), which ends the stream. ``feed`` returns True when the event carried
-    generated output (text, thinking, a refusal, tool input): the first such is the time to first
-    token."""
+    event or chunk (its JSON), which ends the stream; ``done``: ``data: [DONE]`` came, which ends it
+    too (what follows is not read). ``feed`` returns True when the event carried generated output
+    (text, thinking, a refusal, tool input): the first such is the time to first token."""
 
     def __init__(self) -> None:
         self.began = False
         self.complete = False
+        self.done = False
         self.error: Any = None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the stream ended by its own word (``[DONE]`` or an error): read no further."""
+        return self.done or self.error is not None
 
     def feed(self, event: str, data: str) -> bool:
         """Read one event (its name and its data); raises MalformedReply when its data is not
         JSON."""
         if data.strip() == "[DONE]":
             self.complete = self.complete or self.began
+            self.done = True
             return False
         if event == "ping":
             return False
-        doc = load_json(data)
+        doc = load_reply(data)
         if body_error(doc) is not None:
             self.error = doc
             return False
@@ -243,12 +254,32 @@ class ChatAssembler(_ListAssembler):
 
     TEXTS = ("content", "refusal", "reasoning_content", "reasoning")
     LIST = "choices"
+    COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.usage_conflict = False
 
     def _field(self, key: str, value: Any) -> None:
         if key == "object":
             self.doc[key] = "chat.completion"
+        elif key == "usage" and isinstance(value, dict):
+            before = self.doc.get("usage")
+            if self.usage_conflict or (isinstance(before, dict) and self._falls(before, value)):
+                self.usage_conflict = True  # (see the module docstring)
+                self.doc.pop("usage", None)
+            else:
+                self.doc[key] = value
         else:
             super()._field(key, value)
+
+    def _falls(self, before: dict, after: dict) -> bool:
+        """Whether a count of ``before`` (a usage chunk) falls or goes missing in ``after``."""
+        for name in self.COUNTS:
+            was, now = before.get(name), after.get(name)
+            if isinstance(was, int) and not (isinstance(now, int) and now >= was):
+                return True
+        return False
 
     def _item(self, chunk: dict, position: int) -> bool:
         index = chunk.get("index", 0)

@@ -38,7 +38,7 @@ from . import http
 from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
 from .decision import choice_answer, yes_no_answer
 from .errors import SERVED, UNREACHABLE, Fatal, MalformedReply, ProviderStop, Transient
-from .json_body import duplicates, load_json
+from .json_body import duplicates, load_reply
 from .provider_errors import body_error
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -112,7 +112,7 @@ def decode_body(task: Task, body: bytes) -> Reply:
     ``answers``, and Transient when it is an error body. A missing, duplicated or malformed answer
     to one question makes that answer invalid, with the reason (``NaN``/``Infinity`` too:
     ``adapters.decision``)."""
-    doc = load_json(body)
+    doc = load_reply(body, answers="answers")
     if (error := body_error(doc)) is not None:
         raise Transient(f"an error inside a 200 reply: {error}", 200)
     if not isinstance(doc, dict) or not isinstance(doc.get("answers"), dict):

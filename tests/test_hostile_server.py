@@ -581,3 +581,234 @@ async def test_a_system_one_health_that_redirects_or_fails_is_named_so(
     )
     assert str(error) == message.format(url=url, elsewhere=elsewhere_url)
     assert reached == []
+
+
+@pytest.mark.parametrize(
+    ("timeout", "max_reply", "why"),
+    [
+        (0.5, 60.0, "no further byte within the idle timeout (--timeout)"),
+        (60.0, 0.5, "the reply took longer than --max-reply-time 0.5 s"),
+    ],
+    ids=["idle-timeout", "max-reply-time"],
+)
+async def test_a_whole_reply_cut_after_its_body_began_is_not_sent_again_in_the_run(
+    data_dir: Path, tmp_path: Path, timeout: float, max_reply: float, why: str
+):
+    """A reply sent whole (not streamed) whose body began to arrive (50 bytes after the headers)
+    and then stopped (silence past ``--timeout``, or ``--max-reply-time`` passing) was generated,
+    and billed: it is not sent again in the run (it was sent 6 times), charged its reservation,
+    stored as a transient failure that says how much arrived (it said "no byte of the reply within
+    the idle timeout"), and sent again by the next run, as a cut stream is."""
+    import asyncio
+    import re
+
+    from aiohttp import web
+
+    from dxi import adapters
+    from dxi.cache import Cache
+    from dxi.evals import Suite, discover
+    from dxi.runner.planning.plan import ModelRun
+    from dxi.runner.sending.cost import Budget
+    from dxi.runner.sending.scheduler import run
+
+    arrivals: list[float] = []
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        arrivals.append(asyncio.get_running_loop().time())
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"id": "chatcmpl-1", "object": "chat.completion", ')  # 50 bytes
+        await release.wait()
+        return response
+
+    price = (1000.0, 2000.0)  # USD per million input / output tokens
+    limits = replace(FAST, attempt_timeout_s=timeout, max_reply_time_s=max_reply, max_attempts=6)
+    outcomes = []
+    async with served("POST", "/v1/chat/completions", handler) as url:
+        try:
+            for _ in range(2):  # the run, then the next run
+                spec = adapters.ModelSpec(
+                    "openai", "gpt-fake", f"{url}/v1", {"max_completion_tokens": 8000}
+                )
+                adapter = adapters.get(spec, replace(limits, stream="never"))
+                await adapter.start()
+                budget = Budget(100.0)
+                try:
+                    with Cache(tmp_path / "c") as cache:
+                        await run(
+                            [ModelRun(adapter, price=price)],
+                            Suite(discover(data_dir), limit=1, evals=("when2call",)),
+                            cache,
+                            budget=budget,
+                        )
+                        rows = cache.scan().collect()
+                finally:
+                    await adapter.close()
+                outcomes.append((len(arrivals), budget, rows))
+        finally:
+            release.set()
+    (sent, budget, rows), (sent_again, _, rows_again) = outcomes
+    assert (sent, sent_again) == (1, 2)  # not resent in the run; sent again by the next run
+    row = rows.row(0, named=True)
+    assert (row["status"], row["error_kind"], row["attempts"], row["http_status"]) == (
+        "failed",
+        "transient",
+        1,
+        None,
+    )
+    assert (row["answers"], row["raw_reply"]) == (None, None)
+    assert re.fullmatch(
+        r"openai:gpt-fake: the reply was cut after 50 bytes had arrived, (\d+\.\d) s after it "
+        rf"was sent \({re.escape(why)}\); its partial text is never scored\. Not sent again in "
+        r"this run \(the part that arrived was billed\): the next run requests it again",
+        row["error"],
+    )
+    assert float(re.search(r"arrived, (\S+) s", row["error"])[1]) >= 0.5
+    # charged its reservation: at least max_completion_tokens at the output price, all of it kept
+    assert budget.spent == budget.spent_at_reservation > 8000 * 2000.0 / 1e6
+    assert rows_again.height == 2  # the next run's row beside it (the cache is append-only)
+
+
+def _first_answers(body: dict) -> bytes:
+    """The answer JSON a model would write to a Chat Completions request ``body``: each question
+    the first value its schema allows."""
+    import orjson
+
+    schema = body["response_format"]["json_schema"]["schema"]
+    return orjson.dumps({q: s["enum"][0] for q, s in schema["properties"].items()})
+
+
+def _usage(prompt: int, completion: int) -> dict:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+@pytest.mark.parametrize(
+    ("tail", "tokens", "stored"),
+    [
+        # after [DONE]: text that would make the answer invalid, and a usage of 1 and 0 tokens
+        ("after-done", (100, 50), (100, 50)),
+        # two usage chunks whose counts fall (100/50, then 1/0): no usage believed, none kept
+        ("falling-usage", (None, None), None),
+        # counts that grow from one usage chunk to the next: cumulative, the last kept
+        ("growing-usage", (100, 50), (100, 50)),
+    ],
+)
+async def test_a_streams_usage_is_read_to_done_and_only_when_its_counts_never_fall(
+    data_dir: Path, tmp_path: Path, tail: str, tokens: tuple, stored: tuple | None
+):
+    """An OpenAI stream is read to ``data: [DONE]`` and no further (as the openai SDK's
+    ``Stream``): a chunk after it (more text, another usage) was joined in, making the answer
+    invalid and the reply's cost $0. Usage stated in several chunks is kept only while its counts
+    never fall (the last one silently won: 100/50 then 1/0 cost $0)."""
+    import orjson
+    from aiohttp import web
+
+    from .fakes import sse_streams
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        answers = _first_answers(await request.json())
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-fake"}
+
+        async def chunk(choices: list, usage: dict | None = None) -> None:
+            await response.write(sse_streams.frame(base | {"choices": choices, "usage": usage}))
+
+        delta = {"role": "assistant", "content": answers.decode()}
+        await chunk([{"index": 0, "delta": delta, "finish_reason": None}])
+        await chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}])
+        if tail == "growing-usage":
+            await chunk([], _usage(100, 10))
+        await chunk([], _usage(100, 50))
+        if tail == "falling-usage":
+            await chunk([], _usage(1, 0))
+        await response.write(b"data: [DONE]\n\n")
+        if tail == "after-done":
+            garbage = [{"index": 0, "delta": {"content": "garbage"}, "finish_reason": None}]
+            await chunk(garbage, _usage(1, 0))
+        await response.write_eof()
+        return response
+
+    async with served("POST", "/v1/chat/completions", handler) as url:
+        limits = replace(FAST, stream="always", max_attempts=1)
+        _, stats, rows = await run_model(
+            f"openai:gpt-fake@{url}/v1", data_dir, tmp_path / "c", limits=limits
+        )
+    row = rows.row(0, named=True)
+    assert (stats.sent, stats.ok, row["status"], row["attempts"]) == (1, 1, "ok", 1)
+    assert {a["status"] for a in row["answers"]} == {"ok"}
+    assert (row["input_tokens"], row["output_tokens"]) == tokens
+    reply = orjson.loads(row["raw_reply"])
+    assert b"garbage" not in row["raw_reply"].encode()
+    assert reply.get("usage") == (None if stored is None else _usage(*stored))
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [
+        ("usage-twice", "reply names the key 'usage' twice: which value is meant is ambiguous"),
+        ("choices-twice", "reply names the key 'choices' twice: which value is meant is ambiguous"),
+        (
+            "content-twice",
+            "reply names the key 'content' twice in choices[0].message: which value is meant is "
+            "ambiguous",
+        ),
+        ("error-beside-choices", "an error inside a 200 reply: partial failure"),
+    ],
+    ids=["usage-twice", "choices-twice", "content-twice", "error-beside-choices"],
+)
+async def test_a_reply_that_names_a_key_twice_or_an_error_beside_its_answer_is_not_stored(
+    data_dir: Path, tmp_path: Path, fault: str, error: str
+):
+    """A Chat Completions body that names a key twice anywhere (``"usage"`` twice: 100/10 then
+    1/0; ``"choices"`` twice: the first's answers invalid, the second's valid) is a malformed reply,
+    retried, never stored as an answer: the last of each silently won (the second ``choices``
+    scored). So is a 200 whose valid ``choices`` come with a top-level ``error`` (stored as an
+    answer before), as ``finish_reason: "error"`` is."""
+    import orjson
+    from aiohttp import web
+
+    arrivals = []
+
+    async def handler(request: web.Request) -> web.Response:
+        arrivals.append(1)
+        answers = _first_answers(await request.json()).decode()
+        message = {"role": "assistant", "content": answers}
+        choices = [{"index": 0, "message": message, "finish_reason": "stop"}]
+        doc = {"id": "c", "object": "chat.completion", "model": "gpt-fake"}
+        body = orjson.dumps(doc | {"choices": choices, "usage": _usage(100, 10)})
+        if fault == "usage-twice":
+            body = body[:-1] + b',"usage":' + orjson.dumps(_usage(1, 0)) + b"}"
+        elif fault == "choices-twice":
+            invalid = orjson.dumps({"q": "not-an-option"}).decode()
+            first = [
+                {"index": 0, "message": message | {"content": invalid}, "finish_reason": "stop"}
+            ]
+            body = orjson.dumps(doc | {"choices": first, "usage": _usage(100, 10)})
+            body = body[:-1] + b',"choices":' + orjson.dumps(choices) + b"}"
+        elif fault == "content-twice":
+            body = body.replace(b'"role":"assistant"', b'"role":"assistant","content":"x"')
+        else:
+            body = body[:-1] + b',"error":{"message":"partial failure"}}'
+        return web.Response(body=body, content_type="application/json")
+
+    async with served("POST", "/v1/chat/completions", handler) as url:
+        limits = replace(FAST, stream="never", max_attempts=2)
+        _, stats, rows = await run_model(
+            f"openai:gpt-fake@{url}/v1", data_dir, tmp_path / "c", limits=limits
+        )
+    row = rows.row(0, named=True)
+    assert (len(arrivals), stats.ok, stats.failed) == (2, 0, 1)  # retried, as any malformed reply
+    assert (row["status"], row["error_kind"], row["attempts"], row["answers"]) == (
+        "failed",
+        "transient",
+        2,
+        None,
+    )
+    assert (row["input_tokens"], row["output_tokens"]) == (None, None)
+    assert row["error"] == error

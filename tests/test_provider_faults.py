@@ -642,6 +642,31 @@ async def test_an_answer_named_twice_is_invalid_naming_the_key(
     assert answer["status"] == "invalid" and answer["error"].startswith(DUPLICATE[kind])
 
 
+def test_a_key_named_twice_in_a_reply_body_is_malformed_outside_a_decision_models_answers():
+    """``load_reply``: a key named twice anywhere in a provider's body refuses it, naming the key
+    and where; inside a decision model's ``answers`` it is that answer's failure (above), and
+    inside the model's own text (a string of the body) the answers' too."""
+    from dxi.adapters.errors import MalformedReply
+    from dxi.adapters.json_body import duplicates, load_reply
+
+    answered_twice = b'{"answers": {"q1": {"noul": 0.5}, "q1": {"noul": 0.9}}, "usage": {}}'
+    assert duplicates(load_reply(answered_twice, answers="answers")["answers"]) == ("q1",)
+    refused = {
+        b'{"answers": {}, "usage": {"input_tokens": 1, "input_tokens": 2}}': (
+            "reply names the key 'input_tokens' twice in usage"
+        ),
+        b'{"answers": {}, "answers": {}}': "reply names the key 'answers' twice",
+        b'[{"a": 1}, {"b": [{"c": 1, "c": 2}]}]': "reply names the key 'c' twice in [1].b[0]",
+    }
+    for body, words in refused.items():
+        with pytest.raises(MalformedReply) as raised:
+            load_reply(body, answers="answers")
+        assert str(raised.value) == f"{words}: which value is meant is ambiguous"
+        assert raised.value.raw == body.decode()
+    text = b'{"content": "{\\"a\\": 1, \\"a\\": 2}"}'
+    assert load_reply(text) == {"content": '{"a": 1, "a": 2}'}
+
+
 @pytest.mark.parametrize("kind", ["systemone", "openai-decisions", "gemini-decisions"])
 async def test_nan_in_a_decision_reply_makes_the_answers_it_touches_invalid(
     data_dir: Path, tmp_path: Path, kind: str

@@ -22,11 +22,12 @@ request's own failure: Fatal, kept): attempts waiting for it end without being s
 same ProviderStop), and the runner stops the provider or the model (``runner.sending.stops``). The
 HTTP adapters time their own attempts (``Adapter.own_timeout``): ``Limits.attempt_timeout_s`` is an
 idle timeout (no byte of the reply for that long), ``Limits.max_reply_time_s`` bounds the whole
-reply, and a streamed reply cut after it began arrives here as a Transient with ``should_retry``
-False: part of it arrived (and was billed), so it is not sent again in this run; the next run sends
-it (``adapters.http.cut_stream``). Each attempt's ``adapters.Progress`` gives the Outcome its time
-to first token. A reply larger than ``Limits.max_reply_bytes`` is recorded as an invalid reply
-(every answer "reply larger than N bytes") with its first bytes as the raw reply.
+reply, and a reply cut after it began (a streamed reply's first event, a whole reply's first body
+byte) arrives here as a Transient with ``should_retry`` False: part of it arrived (and was billed),
+so it is not sent again in this run; the next run sends it (``adapters.http.cut_stream``). Each
+attempt's ``adapters.Progress`` gives the Outcome its time to first token. A reply larger than
+``Limits.max_reply_bytes`` is recorded as an invalid reply (every answer "reply larger than N
+bytes") with its first bytes as the raw reply.
 
 A provider whose attempts cannot connect (``Unreachable``) is paused and probed one request at a
 time (``runner.sending.outage``): while it is down an attempt that cannot connect is not a retry of
