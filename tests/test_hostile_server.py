@@ -387,19 +387,34 @@ def test_a_stated_token_limit_stops_the_provider_when_one_request_would_wait_too
 
 @pytest.mark.parametrize(
     "url",
-    ["http://user:pw-secret-42@127.0.0.1:1/v1", "https://127.0.0.1:1/v1beta?key=pw-secret-42"],
+    [
+        "http://user:pw-secret-42@127.0.0.1:1/v1",
+        "https://127.0.0.1:1/v1beta?key=pw-secret-42",
+        "http://127.0.0.1:1/v1#pw-secret-42",
+        "http://127.0.0.1:1/v1;key=pw-secret-42",
+        "http://127.0.0.1:1/v1%3Fkey=pw-secret-42",
+        "http://127.0.0.1:1/v1?#pw-secret-42",
+        "http://127.0.0.1:1/v1?",
+    ],
 )
 def test_a_base_url_that_carries_a_secret_is_refused_without_quoting_it(url: str):
     """Credentials in the base URL (user:password@, ?key=) crashed the run (aiohttp refuses
     userinfo beside an Authorization header: exit 70) after writing them to runs.jsonl as the
-    endpoint; the model string is refused before anything starts, without quoting the secret."""
+    endpoint; the model string is refused before anything starts, without quoting the secret. A
+    fragment (#KEY), parameters (;key=), an empty query (?) or a percent escape (%3Fkey=) were
+    taken (trial 9): the key went to runs.jsonl, summary.json and run-history.jsonl, and the
+    requests to another path."""
     from dxi import adapters
 
     with pytest.raises(ValueError) as refused:
         adapters.parse_model(f"openai:gpt-fake@{url}")
     assert "pw-secret-42" not in str(refused.value)
-    assert str(refused.value).startswith(
-        "model openai:gpt-fake: its base URL carries credentials or a query (http"
+    assert str(refused.value) == (
+        "model openai:gpt-fake: its base URL carries credentials, a query, parameters or a "
+        f"fragment ({url[: url.index(':')]}://127.0.0.1...: user:password@, ?key=..., ;key=..., #... "
+        "or a percent escape); give the API key in its environment variable (or --option "
+        "api_key_env=NAME, api_key_command): the base URL is written to the cache, runs.jsonl "
+        "and the outputs"
     )
 
 
