@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from dxi.evals import PROMPT_VERSION, Task
+from dxi.shown import shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +215,14 @@ class ModelSpec:
         the outputs, and a request to it would go to another path. ``?``, ``;`` and ``#`` are
         refused even empty, and a percent escape too (``/v1%3Fkey=...`` is sent as part of the
         path): a base URL needs none (``_URL_SECRET``)."""
+        named = self.name or f"{self.kind}:{self.model or ''}"
+        for what, text in (("name", self.name), ("model", self.model), ("adapter", self.kind)):
+            if text and shown(text) != text:
+                raise ValueError(
+                    f"model {shown(named)}: its {what} holds a control character (ESC, a line "
+                    "break, a bidirectional override: shown escaped here); a model's names are "
+                    "printed and written to the cache and the outputs"
+                )
         parts = urlsplit(self.base_url or "")
         if (
             parts.username is not None
