@@ -97,3 +97,22 @@ def test_the_commands_that_score_take_price():
         assert args.price == ["m=1/2"]
     args = parser().parse_args(["export", "--format", "csv", "t.csv", "--price", "m=1/2"])
     assert args.price == ["m=1/2"]
+
+
+def test_a_recorded_price_is_noted_with_its_cached_input_price(tmp_path: Path):
+    """A run priced ``100/0/10`` (input/output/cached input) was rescored with the note "priced at
+    100/0 USD per million input/output tokens", its cached input price left out (trial 9)."""
+    import polars as pl
+
+    from dxi.runner.rescore import ToScore, recorded_prices
+
+    line = {"started": "2026-12-05T00:00:00Z", "outcome": "done"}
+    line["selection"] = {"prices": {"m": [100, 0, 10]}}
+    (tmp_path / "run-history.jsonl").write_bytes(orjson.dumps(line) + b"\n")
+    done = recorded_prices(ToScore(pl.DataFrame(), {"m": None}, 1), set(), tmp_path)
+    assert done.prices == {"m": (100, 0, 10)}
+    assert done.notes == [
+        "m: priced at 100/0/10 USD per million input/output/cached input tokens, as its dxi run of "
+        f"2026-12-05T00:00:00Z recorded it in {tmp_path / 'run-history.jsonl'} (--price m=IN/OUT "
+        "to price it otherwise)"
+    ]
