@@ -727,3 +727,12 @@ def test_a_warning_that_quotes_a_provider_is_logged_escaped():
         "dxi.cache", logging.WARNING, __file__, 1, "served by %s", (HOSTILE,), None
     )
     assert handler.format(record) == f"WARNING served by {HOSTILE_SHOWN}"
+
+
+def test_a_distributed_note_shows_control_characters_escaped(capsys: pytest.CaptureFixture):
+    """The notes of a sharded or coordinated run (``runner.distributed.setup``) are written to
+    standard error apart from the console: held to its rule too (a remote's or shard's name)."""
+    from dxi.runner.distributed.setup import _note
+
+    _note("shard 1/2 (from s3://b\x1b]0;T\x07)\n  next")
+    assert capsys.readouterr().err == "shard 1/2 (from s3://b\\x1b]0;T\\x07)\n  next\n"
