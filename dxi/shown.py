@@ -10,7 +10,7 @@ and the terminal acts on none. Used where such text enters a message
 (``adapters.errors.AdapterError``, the served models' notes of ``scoring.replies``, the invalid
 answers and first errors the terminal lists), refused in a model's names (``adapters.ModelSpec``),
 and by every console of ``dxi`` (``runner.commands.make_console``, which keeps its own line breaks
-and tabs: ``keep``) its warnings' handler (``runner.commands.log_handler``: one line each) and the
+and tabs: ``keep``), its warnings' handler (``runner.commands.log_handler``: one line each) and the
 notes of a distributed run (``runner.distributed.setup``)."""
 
 from __future__ import annotations

@@ -736,3 +736,13 @@ def test_a_distributed_note_shows_control_characters_escaped(capsys: pytest.Capt
 
     _note("shard 1/2 (from s3://b\x1b]0;T\x07)\n  next")
     assert capsys.readouterr().err == "shard 1/2 (from s3://b\\x1b]0;T\\x07)\n  next\n"
+
+
+def test_a_crash_line_shows_control_characters_escaped(tmp_path: Path):
+    """The one line of an unexpected error (``runner.crash.report``, printed by ``dxi`` and its
+    entry) quotes the exception, which may quote a provider: an ESC sequence in it is shown
+    escaped."""
+    from dxi.runner.crash import report
+
+    said = report(ValueError("bad \x1b]0;T\x07 reply"), ["dxi"], tmp_path)
+    assert said.startswith("unexpected error: ValueError: bad \\x1b]0;T\\x07 reply at ")
