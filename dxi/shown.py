@@ -8,10 +8,11 @@ newline, DEL, C1), the bidirectional overrides, isolates and marks, and the line
 separators are shown as Python's escapes (``\\x1b``, ``\\n``, ``\\u202e``), so the reader sees them
 and the terminal acts on none. Used where such text enters a message
 (``adapters.errors.AdapterError``, the served models' notes of ``scoring.replies``, the invalid
-answers and first errors the terminal lists), refused in a model's names (``adapters.ModelSpec``),
-and by every console of ``dxi`` (``runner.commands.make_console``, which keeps its own line breaks
-and tabs: ``keep``), its warnings' handler (``runner.commands.log_handler``: one line each) and the
-notes of a distributed run (``runner.distributed.setup``)."""
+answers and first errors the terminal lists, the live bars' labels), refused in a model's names
+(``adapters.ModelSpec``), and by every console of ``dxi`` (``runner.commands.make_console``, which
+keeps its own line breaks and tabs: ``keep``), its warnings' handler
+(``runner.commands.log_handler``: one line each) and the notes of a distributed run
+(``runner.distributed.setup``)."""
 
 from __future__ import annotations
 

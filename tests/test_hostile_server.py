@@ -746,3 +746,18 @@ def test_a_crash_line_shows_control_characters_escaped(tmp_path: Path):
 
     said = report(ValueError("bad \x1b]0;T\x07 reply"), ["dxi"], tmp_path)
     assert said.startswith("unexpected error: ValueError: bad \\x1b]0;T\\x07 reply at ")
+
+
+def test_a_progress_bar_shows_a_model_named_by_its_server_escaped():
+    """The live bars (a terminal) render each label as Rich ``Text``, not through the console's
+    rule: a model a System One server named (``/health``) with an ESC sequence is shown escaped."""
+    from rich.console import Console
+
+    from dxi.runner.sending.progress import _Bars
+
+    console = Console(width=200, record=True)
+    bars = _Bars(console)
+    bars.add_task("systemone:m\x1b]0;T\x07", total=2, detail="")
+    console.print(bars.make_tasks_table(bars.tasks))
+    said = console.export_text()
+    assert said.startswith("systemone:m\\x1b]0;T\\x07 ") and "\x1b" not in said
