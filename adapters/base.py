@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from dxi.evals import PROMPT_VERSION, Task
+from dxi.shown import shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,16 +210,37 @@ class ModelSpec:
     effort: str | None = None
 
     def __post_init__(self) -> None:
-        """Refuse a base URL that carries credentials or a query (ValueError, the secret not
-        quoted): the base URL is written to the cache, runs.jsonl and the outputs."""
+        """Refuse a base URL that carries credentials, a query, parameters or a fragment
+        (ValueError, the secret not quoted): the base URL is written to the cache, runs.jsonl and
+        the outputs, and a request to it would go to another path. ``?``, ``;`` and ``#`` are
+        refused even empty, and a percent escape too (``/v1%3Fkey=...`` is sent as part of the
+        path): a base URL needs none (``_URL_SECRET``)."""
+        named = self.name or f"{self.kind}:{self.model or ''}"
+        for what, text in (("name", self.name), ("model", self.model), ("adapter", self.kind)):
+            if text and shown(text) != text:
+                raise ValueError(
+                    f"model {shown(named)}: its {what} holds a control character (ESC, a line "
+                    "break, a bidirectional override: shown escaped here); a model's names are "
+                    "printed and written to the cache and the outputs"
+                )
         parts = urlsplit(self.base_url or "")
-        if parts.username is not None or parts.password is not None or parts.query:
+        if (
+            parts.username is not None
+            or parts.password is not None
+            or _URL_SECRET.search(self.base_url or "")
+        ):
             raise ValueError(
-                f"model {self.kind}:{self.model or ''}: its base URL carries credentials or a "
-                f"query ({parts.scheme}://{parts.hostname}...: user:password@ or ?key=...); give "
+                f"model {self.kind}:{self.model or ''}: its base URL carries credentials, a "
+                f"query, parameters or a fragment ({parts.scheme}://{parts.hostname}...: "
+                "user:password@, ?key=..., ;key=..., #... or a percent escape); give "
                 "the API key in its environment variable (or --option api_key_env=NAME, "
                 "api_key_command): the base URL is written to the cache, runs.jsonl and the outputs"
             )
+
+
+# what a base URL never needs, and a secret could hide in: a query, parameters, a fragment, a
+# percent escape
+_URL_SECRET = re.compile(r"[?;#%]")
 
 
 @dataclass(frozen=True, slots=True)

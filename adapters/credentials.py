@@ -20,7 +20,9 @@ work); a list is the argument vector itself (no shell). The token lives in memor
 in the request's header and nowhere else; the command's standard output is never quoted, and every
 token it ever gave is in ``secrets`` for the HTTP layer to redact from what a provider echoes. A
 failing command (non-zero exit, no output, more than ``timeout_s`` seconds) raises ``Fatal`` naming
-the command's exit status and at most 300 bytes of its standard error (tokens redacted).
+the command and its exit status, never what it wrote: its standard error is not read (``DEVNULL``),
+since a command that fails may print the key there (``echo $KEY >&2; exit 3``), which no
+redaction of the tokens it gave before can know (``FAILED``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ import orjson
 
 from .errors import Fatal
 
+FAILED = (
+    "(its standard error is not shown: it could hold the key; run the command yourself to see why)"
+)
+"""What the error of a failing ``api_key_command`` says instead of the command's standard error."""
 TOKEN_KEYS = ("accessToken", "access_token", "token", "api_key")
 EXPIRY_KEYS = ("expires_on", "expiresOn", "expires_at", "expiry", "expire_time", "expiration")
 MARGIN_S = 300.0
@@ -178,21 +184,21 @@ class KeyCommand:
                     self.command,
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.DEVNULL,
                 )
             else:
                 proc = await asyncio.create_subprocess_exec(
                     *self.command,
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.DEVNULL,
                 )
         except OSError as exc:
             raise Fatal(
                 f"{self.what}: api_key_command ({self.shown}) could not start: {exc.strerror or exc}"
             ) from None
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.timeout_s)
+            out, _ = await asyncio.wait_for(proc.communicate(), self.timeout_s)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -201,13 +207,9 @@ class KeyCommand:
                 f"{self.what}: api_key_command ({self.shown}) gave no token within {self.timeout_s:g} s"
             ) from None
         if proc.returncode != 0:
-            said = err
-            for secret in self._secrets:
-                said = said.replace(secret, b"[REDACTED]")
-            said_text = said.decode("utf-8", "replace").strip()[-300:]
             raise Fatal(
                 f"{self.what}: api_key_command ({self.shown}) exited with status {proc.returncode}"
-                + (f": {said_text}" if said_text else "")
+                f" {FAILED}"
             )
         try:
             token, expires = parse_output(out.decode("utf-8", "replace"), now)

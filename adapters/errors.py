@@ -52,12 +52,18 @@ API key cannot leak into the cache, logs or reports.
 
 from __future__ import annotations
 
+from dxi.shown import shown
+
 
 class AdapterError(Exception):
-    """Base of every error an adapter raises. ``status`` is the HTTP status when there was one."""
+    """Base of every error an adapter raises. ``status`` is the HTTP status when there was one.
+    Its message quotes the provider (its words, a body's start, a served model's name, a header):
+    every control character is shown escaped (``dxi.shown``), so that no reply can drive the
+    terminal or forge a line wherever the message goes (the terminal, the log, the cache, the
+    outputs)."""
 
     def __init__(self, message: str, status: int | None = None):
-        super().__init__(message)
+        super().__init__(shown(message))
         self.status = status
 
 

@@ -21,7 +21,16 @@ from types import ModuleType
 from dxi.lazy import LazyModule
 
 from . import streams
-from .commands import COMMANDS, EXIT_CODES, HELP, Formatter, Version, make_console, misplaced
+from .commands import (
+    COMMANDS,
+    EXIT_CODES,
+    HELP,
+    Formatter,
+    Version,
+    log_handler,
+    make_console,
+    misplaced,
+)
 from .errors import EXIT_SOFTWARE, EXIT_USAGE, CommandError
 
 evals = LazyModule(
@@ -203,21 +212,10 @@ def _main(argv: list[str] | None) -> int:
         return stop.code if isinstance(stop.code, int) else EXIT_USAGE
     import logging
 
-    from rich.logging import RichHandler
     from rich.markup import escape
 
     console, errors = make_console(), make_console(stderr=True)  # results; status and diagnostics
-    # warnings: Rich on a terminal; in logs one plain line each ("WARNING cache: ..."), easy to grep
-    handler = (
-        RichHandler(console=errors, show_path=False)
-        if errors.is_terminal
-        else logging.StreamHandler()
-    )
-    logging.basicConfig(
-        level=logging.WARNING,
-        format="%(message)s" if errors.is_terminal else "%(levelname)s %(message)s",
-        handlers=[handler],
-    )
+    logging.basicConfig(level=logging.WARNING, handlers=[log_handler(errors)])
     try:
         return _module(args.command).main(args, console)
     except (

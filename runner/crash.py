@@ -20,6 +20,8 @@ import time
 import traceback
 from pathlib import Path
 
+from dxi.shown import shown
+
 _SECRET_NAMES = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _SECRET_PATTERNS = (
     re.compile(rb"(?<=://)[^/@\s:]*:[^/@\s]+(?=@)"),  # user:password@ of a URL
@@ -75,7 +77,7 @@ def report(exc: BaseException, argv: list[str] | None = None, folder: Path | Non
         what = redacted(what)
     except Exception:  # noqa: BLE001 (the message itself is then left out: it might hold a secret)
         what = type(exc).__name__
-    what = " ".join(what.split())  # one line
+    what = shown(" ".join(what.split()))  # one line, no control character (``dxi.shown``)
     head = f"unexpected error: {what[:300]}{'...' if len(what) > 300 else ''} at {where(exc)}"
     try:
         from importlib.metadata import version

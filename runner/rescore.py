@@ -25,7 +25,7 @@ from dxi.lazy import LazyModule
 
 from .distributed import setup as distributed
 from .errors import EXIT_FAILED_REQUESTS, UsageError
-from .outputs import history
+from .outputs import amounts, history
 from .outputs import staging as _staging
 from .planning import paths
 from .planning.inputs import PlanInputs, inputs_of
@@ -246,7 +246,7 @@ def recorded_prices(to_score: ToScore, given: set[str], out: Path, cache_dir: Pa
         where = str(Path(out) / history.RUNS_FILE)
         to_score.recorded[label] = {"price": list(price), "run_started": started, "from": where}
         to_score.notes.append(
-            f"{label}: priced at {price[0]:g}/{price[1]:g} USD per million input/output tokens, as "
+            f"{label}: priced at {amounts.price(price)}, as "
             f"its dxi run of {started} recorded it in {where} (--price {label}=IN/OUT to price it "
             "otherwise)"
         )

@@ -32,6 +32,8 @@ from collections.abc import Collection, Mapping
 import numpy as np
 import polars as pl
 
+from dxi.shown import shown
+
 from . import measures
 from .pipeline import (
     SET_ASIDE,
@@ -232,25 +234,26 @@ def add_replies(summary: Summary, table: pl.DataFrame, asked: dict[str, str]) ->
 def model_notes(entry: ModelEntry) -> list[str]:
     """What a reader must know about one model's replies (a summary.json model entry), as sentences:
     the models that served it when they differ from the one asked for, the replies another model
-    gave that were set aside (``answered_by_other``), its replies cut off at the
-    token limit with the hint, and a provider's clamp of P(yes) (``p_yes_range``). [] when none."""
+    gave that were set aside (``answered_by_other``; the names they gave shown escaped), its replies
+    cut off at the token limit with the hint, and a provider's clamp of P(yes) (``p_yes_range``). []
+    when none."""
     notes = []
     served = unset(entry.served_models) or {}
     differs = unset(entry.served_differs)
-    if differs:
+    if differs:  # the names a reply gave: shown escaped (``dxi.shown``)
         notes.append(
             "answered by "
-            + ", ".join(f"{name} ({served[name]} answers)" for name in differs["served"])
-            + f", not {differs['requested']} as asked: the provider served another model, and its answers "
-            "are scored under this name"
+            + ", ".join(f"{shown(name)} ({served[name]} answers)" for name in differs["served"])
+            + f", not {shown(differs['requested'])} as asked: the provider served another model, "
+            "and its answers are scored under this name"
         )
     aside = unset(entry.answered_by_other)
     if aside:
         notes.append(
             f"{aside['replies']} {'reply' if aside['replies'] == 1 else 'replies'} ({aside['answers']} "
             "answers) answered by "
-            + ", ".join(f"{name} ({n} answers)" for name, n in aside["served"].items())
-            + f", not {aside['requested']} as asked, set aside: another model's answers, not scored "
+            + ", ".join(f"{shown(name)} ({n} answers)" for name, n in aside["served"].items())
+            + f", not {shown(aside['requested'])} as asked, set aside: another model's answers, not scored "
             "(missing); the next dxi run sends their requests again"
         )
     cut = unset(entry.cut_off) or {}

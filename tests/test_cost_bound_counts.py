@@ -285,9 +285,36 @@ async def test_a_tiny_bound_is_written_in_fixed_point_as_the_spend_is(
 
 @pytest.mark.parametrize(
     ("usd", "text"),
-    [(1e-7, "$0.0000001"), (2.5, "$2.5"), (5000.0, "$5000"), (5 / 3, "$1.66667"), (0.0, "$0")],
+    [
+        (1e-7, "$0.0000001"),
+        (2.5, "$2.5"),
+        (5000.0, "$5000"),
+        (5 / 3, "$1.66667"),
+        (0.0, "$0"),
+        (1e-8, "$0.00000001"),
+        # below a millionth of a cent, an exponent (trial 9: --max-cost 1e-300 wrote 300 zeros)
+        (1e-300, "$1e-300"),
+        (2.5e-12, "$2.5e-12"),
+        (1.2345678e-9, "$1.23457e-9"),
+    ],
 )
 def test_an_amount_given_is_written_back_in_fixed_point(usd: float, text: str):
     from dxi.runner.outputs.amounts import usd as written
 
     assert written(usd) == text
+
+
+@pytest.mark.parametrize(
+    ("parts", "text"),
+    [
+        ((100.0, 0.0), "100/0 USD per million input/output tokens"),
+        ((100.0, 0.0, 10.0), "100/0/10 USD per million input/output/cached input tokens"),
+        ((1.0, 2.0, None, 3.75), "1/2/3.75 USD per million input/output/cache write tokens"),
+    ],
+)
+def test_a_price_is_written_with_every_part_it_gives(parts: tuple, text: str):
+    """The rescoring note of a recorded price said "priced at 100/0", leaving out the cached input
+    price it also recorded (trial 9)."""
+    from dxi.runner.outputs.amounts import price
+
+    assert price(parts) == text

@@ -387,19 +387,34 @@ def test_a_stated_token_limit_stops_the_provider_when_one_request_would_wait_too
 
 @pytest.mark.parametrize(
     "url",
-    ["http://user:pw-secret-42@127.0.0.1:1/v1", "https://127.0.0.1:1/v1beta?key=pw-secret-42"],
+    [
+        "http://user:pw-secret-42@127.0.0.1:1/v1",
+        "https://127.0.0.1:1/v1beta?key=pw-secret-42",
+        "http://127.0.0.1:1/v1#pw-secret-42",
+        "http://127.0.0.1:1/v1;key=pw-secret-42",
+        "http://127.0.0.1:1/v1%3Fkey=pw-secret-42",
+        "http://127.0.0.1:1/v1?#pw-secret-42",
+        "http://127.0.0.1:1/v1?",
+    ],
 )
 def test_a_base_url_that_carries_a_secret_is_refused_without_quoting_it(url: str):
     """Credentials in the base URL (user:password@, ?key=) crashed the run (aiohttp refuses
     userinfo beside an Authorization header: exit 70) after writing them to runs.jsonl as the
-    endpoint; the model string is refused before anything starts, without quoting the secret."""
+    endpoint; the model string is refused before anything starts, without quoting the secret. A
+    fragment (#KEY), parameters (;key=), an empty query (?) or a percent escape (%3Fkey=) were
+    taken (trial 9): the key went to runs.jsonl, summary.json and run-history.jsonl, and the
+    requests to another path."""
     from dxi import adapters
 
     with pytest.raises(ValueError) as refused:
         adapters.parse_model(f"openai:gpt-fake@{url}")
     assert "pw-secret-42" not in str(refused.value)
-    assert str(refused.value).startswith(
-        "model openai:gpt-fake: its base URL carries credentials or a query (http"
+    assert str(refused.value) == (
+        "model openai:gpt-fake: its base URL carries credentials, a query, parameters or a "
+        f"fragment ({url[: url.index(':')]}://127.0.0.1...: user:password@, ?key=..., ;key=..., #... "
+        "or a percent escape); give the API key in its environment variable (or --option "
+        "api_key_env=NAME, api_key_command): the base URL is written to the cache, runs.jsonl "
+        "and the outputs"
     )
 
 
@@ -812,3 +827,168 @@ async def test_a_reply_that_names_a_key_twice_or_an_error_beside_its_answer_is_n
     )
     assert (row["input_tokens"], row["output_tokens"]) == (None, None)
     assert row["error"] == error
+
+
+HOSTILE = "nope\x1b]0;PWNED-TITLE\x07\nFORGED: all good, exit 0\r\x9b2K\u202eevil"
+HOSTILE_SHOWN = r"nope\x1b]0;PWNED-TITLE\x07\nFORGED: all good, exit 0\r\x9b2K\u202eevil"
+
+
+def test_text_from_outside_is_shown_with_its_control_characters_escaped():
+    """``dxi.shown``: ESC, BEL, newline, CR, a C1 control (CSI, 0x9b) and a bidirectional override
+    written as Python's escapes; ``keep`` leaves the console's own line breaks and tabs."""
+    from dxi.shown import shown
+
+    assert shown(HOSTILE) == HOSTILE_SHOWN
+    assert shown("a\tb\nc\x1bd\u2028\x7f", keep="\n\t") == "a\tb\nc\\x1bd\\u2028\\x7f"
+    assert shown("gpt-4o (ünïcode, 模型)") == "gpt-4o (ünïcode, 模型)"
+
+
+@pytest.mark.parametrize("where", ["stop", "served"])
+async def test_a_hostile_servers_text_reaches_the_terminal_escaped(
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    where: str,
+):
+    """A 401 whose message holds an ESC sequence and a line break (trial 9) printed them raw in the
+    stop line, setting the terminal's title and forging a line ``FORGED: all good, exit 0``; a
+    reply whose ``model`` holds them did the same in the ``answered by`` note. Both are shown
+    escaped: no ESC, no C1 control, no line of the server's own."""
+    import asyncio
+
+    import orjson
+    from aiohttp import web
+
+    from dxi.runner.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
+
+    async def handler(request: web.Request) -> web.Response:
+        if where == "stop":
+            return web.json_response({"error": {"message": HOSTILE}}, status=401)
+        body = await request.json()
+        schema = body["response_format"]["json_schema"]["schema"]["properties"]
+        answer = {k: (v.get("enum") or ["A"])[0] for k, v in schema.items()}
+        return web.json_response(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "model": HOSTILE,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": orjson.dumps(answer).decode()},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+            }
+        )
+
+    async with served("POST", "/v1/chat/completions", handler) as url:
+        argv = ["run", "--model", f"openai:gpt-fake@{url}/v1", "--evals", "when2call"]
+        argv += ["--limit", "1", "--data-dir", str(data_dir)]
+        argv += ["--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "o")]
+        assert await asyncio.to_thread(main, argv) == (6 if where == "stop" else 0)
+    captured = capsys.readouterr()
+    said = captured.out + captured.err
+    assert not [c for c in said if c == "\x1b" or c == "\r" or "\x7f" <= c <= "\x9f"]
+    assert "\u202e" not in said
+    assert not [line for line in said.splitlines() if line.startswith("FORGED")]
+    if where == "stop":
+        assert (
+            "Provider's message: openai:gpt-fake: HTTP 401 API key refused (check the API key's "
+            f"environment variable and its permissions): {HOSTILE_SHOWN}\n"
+        ) in said
+    else:
+        assert (
+            f"  openai:gpt-fake: answered by {HOSTILE_SHOWN} (1 answers), not gpt-fake as asked: "
+            "the provider served another model, and its answers are scored under this name\n"
+        ) in captured.out
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        (
+            {"model": "ok\x1b]0;X\x07\nFORGED"},
+            r"model openai:ok\x1b]0;X\x07\nFORGED: its model holds a control character",
+        ),
+        (
+            {"model": "ok", "name": "nice\u202e\nFORGED"},
+            r"model nice\u202e\nFORGED: its name holds a control character",
+        ),
+    ],
+)
+def test_a_model_name_that_holds_a_control_character_is_refused(fields: dict, said: str):
+    """A run file's ``name`` or ``model`` (TOML writes ``\\u001b`` and ``\\n``) was printed raw in
+    every line and table naming the model (trial 9): refused, shown escaped."""
+    from dxi.adapters import ModelSpec
+
+    with pytest.raises(ValueError) as refused:
+        ModelSpec("openai", **fields)
+    assert str(refused.value) == (
+        f"{said} (ESC, a line break, a bidirectional override: shown escaped here); a model's "
+        "names are printed and written to the cache and the outputs"
+    )
+
+
+def test_the_console_shows_control_characters_escaped_but_its_line_breaks(
+    capsys: pytest.CaptureFixture,
+):
+    """Every line ``dxi`` prints goes through ``make_console``: whatever a message quotes, an ESC
+    sequence, CR, C1 control or bidirectional override is shown escaped; its own line breaks
+    stay."""
+    from dxi.runner.commands import make_console
+
+    make_console(stderr=True).print("a\x1b]0;T\x07b\rc\x9bd\u202ee\ng", markup=False)
+    assert capsys.readouterr().err == "a\\x1b]0;T\\x07b\\rc\\x9bd\\u202ee\ng\n"
+
+
+def test_a_warning_that_quotes_a_provider_is_logged_escaped():
+    """``dxi``'s warnings (``runner.commands.log_handler``) hold to the console's rule: a line
+    quoting a provider's text has its control characters shown escaped."""
+    import logging
+
+    from dxi.runner.commands import log_handler, make_console
+
+    handler = log_handler(make_console(stderr=True))  # not a terminal here: the plain form
+    record = logging.LogRecord(
+        "dxi.cache", logging.WARNING, __file__, 1, "served by %s", (HOSTILE,), None
+    )
+    assert handler.format(record) == f"WARNING served by {HOSTILE_SHOWN}"
+
+
+def test_a_distributed_note_shows_control_characters_escaped(capsys: pytest.CaptureFixture):
+    """The notes of a sharded or coordinated run (``runner.distributed.setup``) are written to
+    standard error apart from the console: held to its rule too (a remote's or shard's name)."""
+    from dxi.runner.distributed.setup import _note
+
+    _note("shard 1/2 (from s3://b\x1b]0;T\x07)\n  next")
+    assert capsys.readouterr().err == "shard 1/2 (from s3://b\\x1b]0;T\\x07)\n  next\n"
+
+
+def test_a_crash_line_shows_control_characters_escaped(tmp_path: Path):
+    """The one line of an unexpected error (``runner.crash.report``, printed by ``dxi`` and its
+    entry) quotes the exception, which may quote a provider: an ESC sequence in it is shown
+    escaped."""
+    from dxi.runner.crash import report
+
+    said = report(ValueError("bad \x1b]0;T\x07 reply"), ["dxi"], tmp_path)
+    assert said.startswith("unexpected error: ValueError: bad \\x1b]0;T\\x07 reply at ")
+
+
+def test_a_progress_bar_shows_a_model_named_by_its_server_escaped():
+    """The live bars (a terminal) render each label as Rich ``Text``, not through the console's
+    rule: a model a System One server named (``/health``) with an ESC sequence is shown escaped."""
+    from rich.console import Console
+
+    from dxi.runner.sending.progress import _Bars
+
+    console = Console(width=200, record=True)
+    bars = _Bars(console)
+    bars.add_task("systemone:m\x1b]0;T\x07", total=2, detail="")
+    console.print(bars.make_tasks_table(bars.tasks))
+    said = console.export_text()
+    assert said.startswith("systemone:m\\x1b]0;T\\x07 ") and "\x1b" not in said

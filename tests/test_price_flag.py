@@ -38,11 +38,19 @@ def test_price_items_parse_as_usd_per_million_tokens():
         ("=1/2", "expected MODEL=IN/OUT"),
         ("m=1/2/3/4", "expected"),
         ("m=1/x", "'1/x' holds something that is not a number"),
-        ("m=-1/2", "must be numbers >= 0"),
-        ("m=nan/2", "must be numbers >= 0"),
     ):
         with pytest.raises(UsageError, match=says):
             price_flags([item])
+    # out of range: negative, not a number, or above $1,000,000 per million tokens (trial 9:
+    # 1e308/1e308 made every cost infinite, "about $inf expected")
+    for item in ("m=-1/2", "m=nan/2", "m=1e308/1e308", "m=1/2/1000001", "m=inf/1"):
+        with pytest.raises(UsageError) as refused:
+            price_flags([item])
+        assert str(refused.value) == (
+            f"--price {item!r}: each price must be a number from 0 to 1,000,000 (USD per million "
+            "tokens)"
+        )
+    assert price_flags(["m=1000000/0"]) == {"m": Price(1e6, 0.0)}
     with pytest.raises(UsageError, match="--price m: given twice"):
         price_flags(["m=1/2", "m=3/4"])
 

@@ -158,3 +158,22 @@ def test_dxi_score_prices_a_model_as_the_run_on_its_cache_recorded_it(
         f"{MODEL}: priced at 1/2 USD per million input/output tokens, as its dxi run of T1 "
         f"recorded it in {out / 'run-history.jsonl'}"
     ) in said, said
+
+
+def test_a_recorded_price_is_noted_with_its_cached_input_price(tmp_path: Path):
+    """A run priced ``100/0/10`` (input/output/cached input) was rescored with the note "priced at
+    100/0 USD per million input/output tokens", its cached input price left out (trial 9)."""
+    import polars as pl
+
+    from dxi.runner.rescore import ToScore, recorded_prices
+
+    line = {"started": "2026-12-05T00:00:00Z", "outcome": "done"}
+    line["selection"] = {"prices": {"m": [100, 0, 10]}}
+    (tmp_path / "run-history.jsonl").write_bytes(orjson.dumps(line) + b"\n")
+    done = recorded_prices(ToScore(pl.DataFrame(), {"m": None}, 1), set(), tmp_path, tmp_path / "c")
+    assert done.prices == {"m": (100, 0, 10)}
+    assert done.notes == [
+        "m: priced at 100/0/10 USD per million input/output/cached input tokens, as its dxi run of "
+        f"2026-12-05T00:00:00Z recorded it in {tmp_path / 'run-history.jsonl'} (--price m=IN/OUT "
+        "to price it otherwise)"
+    ]

@@ -127,13 +127,43 @@ def make_console(stderr: bool = False):
     standard output (180 columns when it is not a terminal: a log must not squeeze a table), or
     with ``stderr`` of its status and diagnostic lines on standard error (errors, warnings, an
     interruption: docs/cli.md). Markup on; no highlighting, no emoji codes (``openai:m`` must not
-    become one), lines not wrapped."""
+    become one), lines not wrapped. Every text it prints has its control characters but line breaks
+    and tabs shown escaped (``dxi.shown``): whatever a message quotes from outside, no ESC sequence,
+    carriage return, C1 control or bidirectional override reaches the terminal (Rich's own styles
+    are added after)."""
     from rich.console import Console
 
-    made = Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
+    from dxi.shown import shown
+
+    class Safe(Console):
+        def render_str(self, text: str, **kwargs):
+            return super().render_str(shown(text, keep="\n\t"), **kwargs)
+
+    made = Safe(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
     if not stderr and not made.is_terminal:
-        made = Console(highlight=False, soft_wrap=True, emoji=False, width=180)
+        made = Safe(highlight=False, soft_wrap=True, emoji=False, width=180)
     return made
+
+
+def log_handler(errors):
+    """The handler of ``dxi``'s warnings on ``errors`` (``make_console(stderr=True)``): Rich on a
+    terminal; in a log one plain line each ("WARNING cache: ..."), easy to grep. Each has every
+    control character shown escaped, line breaks too (``dxi.shown``): a warning quoting a provider,
+    a served model or the cache drives no terminal, forges no line."""
+    import logging
+
+    from rich.logging import RichHandler
+
+    from dxi.shown import shown
+
+    class Shown(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return shown(super().format(record))
+
+    terminal = errors.is_terminal
+    handler = RichHandler(console=errors, show_path=False) if terminal else logging.StreamHandler()
+    handler.setFormatter(Shown("%(message)s" if terminal else "%(levelname)s %(message)s"))
+    return handler
 
 
 _NUMBER = re.compile(r"-\d[\d_.,]*(e-?\d+)?")  # a negative number is a value, not a flag

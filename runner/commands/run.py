@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from dxi.shown import shown
+
 from .. import signals
 from ..distributed import setup as distributed
 from ..errors import EXIT_CACHE_WRITE, EXIT_COST_BOUND, EXIT_PROVIDER_STOPPED, UsageError
@@ -367,7 +369,7 @@ def _tell(result: RunResult, max_cost: float | None, console: Console) -> None:
             "First errors:"
         )
         for e in s.errors[:5]:
-            console.print(f"    {e}", highlight=False, markup=False)
+            console.print(f"    {shown(e)}", highlight=False, markup=False)
     bound = result.cost_bound
     bounded = bound is not None and bound["stopped"]
     if bounded:

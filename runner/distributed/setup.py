@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dxi.shown import shown
+
 from ..errors import EXIT_UPLOAD, UsageError
 from ..outputs import amounts
 from ..planning import numbers
@@ -86,8 +88,8 @@ def add_flags(p: argparse.ArgumentParser, command: str) -> None:
         )
 
 
-def _note(text: str) -> None:
-    sys.stderr.write(f"{text}\n")
+def _note(text: str) -> None:  # as the console writes it: no control character of a name given
+    sys.stderr.write(f"{shown(text, keep=chr(10))}\n")
     sys.stderr.flush()
 
 

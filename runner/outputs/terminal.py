@@ -20,6 +20,7 @@ from dxi.scoring.measures import NO_CONFIDENCE
 from dxi.scoring.missing import selection_flags
 from dxi.scoring.records import UNSET, ModelEntry, Summary, unset
 from dxi.scoring.replies import model_notes
+from dxi.shown import shown
 
 from . import amounts
 from .history import batch_spend
@@ -564,6 +565,7 @@ def print_summary(
             )
             for r in m.invalid_reasons:
                 text = r["error"] if len(r["error"]) <= 200 else r["error"][:200] + "…"
+                text = shown(text)  # the model's words, from the cache
                 console.print(f"    {r['count']} × {text}", highlight=False, markup=False)
     print_usage(summary, console, keys)
     print_measures(summary, console, keys)

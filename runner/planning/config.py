@@ -354,9 +354,7 @@ def load(path: Path | str) -> RunFile:
                 m.price.batch_output,
             )
         ):
-            raise fail(
-                ("models", i, "price"), "prices must be >= 0 (USD per million tokens), finite"
-            )
+            raise fail(("models", i, "price"), f"each price must be {numbers.PRICE.expected()}")
         number(("models", i, "epochs"), m.epochs, numbers.EPOCHS)
         if m.effort is not None and m.effort not in adapters.EFFORTS:
             raise fail(

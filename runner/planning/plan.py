@@ -33,7 +33,6 @@ Why one module over 600 lines: it is the one place where a run file's settings a
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -47,7 +46,7 @@ from dxi.adapters import Adapter, ModelIdentity, Request
 from dxi.evals import EVALS, PROMPT_VERSION, Exclusions, Suite, Task, discover
 
 from ..errors import UsageError
-from . import config
+from . import config, numbers
 from .datadir import DATA_DIR_ENV, default_data_dir
 from .inputs import LIMITS_FLAGS, PlanInputs, inputs_of
 from .sample import SampledSuite
@@ -426,7 +425,8 @@ def price_of(
 def price_flags(items: list[str]) -> dict[str, config.Price]:
     """``--price MODEL=IN/OUT[/CACHED]`` items (USD per million input, output and, optionally,
     cached input tokens: the provider's price list) -> MODEL -> ``config.Price``. UsageError naming
-    the item for one that is malformed, negative or given twice."""
+    the item for one that is malformed, negative, above ``numbers.PRICE``'s $1,000,000 (1e308 made
+    every cost infinite: "about $inf expected") or given twice."""
     out: dict[str, config.Price] = {}
     for item in items:
         model, sep, text = item.rpartition("=")
@@ -443,10 +443,8 @@ def price_flags(items: list[str]) -> dict[str, config.Price]:
             raise UsageError(
                 f"--price {item!r}: {text!r} holds something that is not a number ({example})"
             ) from None
-        if not all(math.isfinite(v) and v >= 0 for v in values):
-            raise UsageError(
-                f"--price {item!r}: prices must be numbers >= 0 (USD per million tokens)"
-            )
+        if not all(numbers.PRICE.accepts(v) for v in values):  # the run file's range too
+            raise UsageError(f"--price {item!r}: each price must be {numbers.PRICE.expected()}")
         if model.strip() in out:
             raise UsageError(f"--price {model.strip()}: given twice")
         out[model.strip()] = config.Price(

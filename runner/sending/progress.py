@@ -39,6 +39,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, Task, TimeEla
 from rich.table import Table
 from rich.text import Text
 
+from dxi.shown import shown
+
 from ..outputs import amounts
 from .cost import Budget
 from .scheduler import Stats
@@ -101,12 +103,12 @@ class _Bars(Progress):
         table.add_column()
         rows = [t for t in tasks if not t.fields.get("note")]
         label = max(
-            (Text(t.description).cell_len for t in rows), default=0
+            (Text(shown(t.description)).cell_len for t in rows), default=0
         )  # the rows' labels and counts align
         counts = max((self._counts.render(t).cell_len for t in rows), default=0)
         for task in tasks:
             if task.fields.get("note"):  # a line of text under the bars (the run stopping)
-                table.add_row(Text(task.description, style="yellow"))
+                table.add_row(Text(shown(task.description), style="yellow"))
             else:
                 table.add_row(self.row(task, self.console.width, label, counts))
         return table
@@ -117,7 +119,7 @@ class _Bars(Progress):
         """One model's row at ``width`` columns (see the class docstring), its label and counts
         padded to ``label_width`` and ``counts_width`` when it is one line."""
         label, counts, elapsed = (
-            Text(task.description),
+            Text(shown(task.description)),  # a server may name the model (dxi.shown)
             self._counts.render(task),
             self._elapsed.render(task),
         )
