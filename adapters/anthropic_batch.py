@@ -260,7 +260,7 @@ class AnthropicBatch(BatchAPI):
         if not same_origin(url, self.adapter.base_url):  # the key is sent to the base URL alone
             url = f"{self.url}/{status.batch_id}/results"  # the documented address there
         async for lines in self.lines(url):
-            yield [self.result(raw) for raw in lines]
+            yield [self.checked(raw, self.result(raw)) for raw in lines]
 
     def result(self, raw: bytes) -> ResultLine:
         """One line of the results file (see the module docstring)."""

@@ -31,8 +31,9 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from .errors import AdapterError, Fatal, ProviderStop, Transient
+from .errors import AdapterError, Fatal, MalformedReply, ProviderStop, Transient
 from .http import error_for, post, redact, transport_failure
+from .json_body import load_reply
 
 if TYPE_CHECKING:
     from .base import Adapter, Request
@@ -207,6 +208,22 @@ class BatchAPI:
                 f"{payload[:200].decode('utf-8', 'replace')}"
             ) from None
         return doc if isinstance(doc, dict) else {"value": doc}
+
+    @staticmethod
+    def checked(raw: bytes, line: ResultLine) -> ResultLine:
+        """``line``, the reading of the result line ``raw``, unless ``raw`` names a key twice
+        anywhere (the reply's ``usage`` or ``choices`` twice: which one the provider meant is
+        ambiguous, and the line's own parse kept the last silently): then the request's result is
+        that MalformedReply, as the synchronous endpoint's reply would be
+        (``json_body.load_reply``), never its body. A line already an error, or without a key, is
+        left as it is."""
+        if line.error is not None or not line.key:
+            return line
+        try:
+            load_reply(raw)
+        except MalformedReply as exc:
+            return ResultLine(line.key, error=exc)
+        return line
 
     async def lines(
         self, url: str, headers: dict[str, str] | None = None

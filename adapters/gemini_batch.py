@@ -297,7 +297,7 @@ class GeminiBatch(BatchAPI):
         if status.output.get("responses_file"):
             url = f"{self.adapter.base_url}/download/v1beta/{status.output['responses_file']}:download?alt=media"
             async for lines in self.lines(url):
-                yield [self.result(_parsed(raw), raw) for raw in lines]
+                yield [self.checked(raw, self.result(_parsed(raw), raw)) for raw in lines]
             return
         if not status.output.get("inline"):
             return

@@ -184,7 +184,7 @@ class OpenAIBatch(BatchAPI):
             if not file_id:
                 continue
             async for lines in self.lines(f"{self.adapter.base_url}/files/{file_id}/content"):
-                yield [self.result(raw) for raw in lines]
+                yield [self.checked(raw, self.result(raw)) for raw in lines]
 
     def result(self, raw: bytes) -> ResultLine:
         """One line of an output or error file (see the module docstring)."""

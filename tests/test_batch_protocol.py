@@ -454,3 +454,60 @@ def test_a_results_file_is_read_a_piece_at_a_time_as_it_arrives(monkeypatch: pyt
         return got
 
     assert asyncio.run(scenario()) == expected
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])
+async def test_a_result_line_that_names_a_key_twice_is_a_malformed_reply_not_an_answer(provider):
+    """A batch's result line whose reply names ``usage`` twice (100/50, then 1/0) was read with the
+    last value kept, silently: the request cost its last usage (1/0). Read through ``results`` (the
+    lines of the results file), it is now that request's MalformedReply, naming the key and where,
+    as the synchronous endpoint's reply would be; a clean line beside it is its body."""
+    from dxi.adapters.batches import BatchStatus
+
+    twice = b'"usage": {"prompt_tokens": 100, "completion_tokens": 50}, '
+    twice += b'"usage": {"prompt_tokens": 1, "completion_tokens": 0}'
+    clean = b'"usage": {"prompt_tokens": 100, "completion_tokens": 50}'
+    if provider == "openai":
+        api, output = OpenAIBatch(adapters.get("openai:m@http://127.0.0.1:1/v1")), "output_file_id"
+        where = "response.body"
+
+        def line(key: str, usage: bytes) -> bytes:
+            body = b'{"id": "x", ' + usage + b"}"
+            return (
+                b'{"custom_id": "%s", "response": {"status_code": 200, "body": %s}, "error": null}'
+                % (
+                    key.encode(),
+                    body,
+                )
+            )
+    elif provider == "anthropic":
+        api, output = AnthropicBatch(adapters.get("anthropic:m@http://127.0.0.1:1")), "results_url"
+        where = "result.message"
+
+        def line(key: str, usage: bytes) -> bytes:
+            message = b'{"id": "msg", ' + usage + b"}"
+            return b'{"custom_id": "%s", "result": {"type": "succeeded", "message": %s}}' % (
+                key.encode(),
+                message,
+            )
+    else:
+        api, output = GeminiBatch(adapters.get("gemini:m@http://127.0.0.1:1")), "responses_file"
+        where = "response"
+
+        def line(key: str, usage: bytes) -> bytes:
+            return b'{"key": "%s", "response": {"candidates": [], %s}}' % (key.encode(), usage)
+
+    raws = [line("a" * 64, twice), line("b" * 64, clean)]
+
+    async def lines(url: str, headers: dict | None = None):
+        yield raws
+
+    api.lines = lines  # the results file's lines, as read from the network
+    status = BatchStatus("batch_1", "ended", output={output: "/results"})
+    got = [r async for piece in api.results(status) for r in piece]
+    assert [r.key for r in got] == ["a" * 64, "b" * 64]
+    assert isinstance(got[0].error, MalformedReply) and got[0].body is None
+    assert str(got[0].error) == (
+        f"reply names the key 'usage' twice in {where}: which value is meant is ambiguous"
+    )
+    assert got[1].error is None and orjson.loads(got[1].body)["usage"]["prompt_tokens"] == 100
