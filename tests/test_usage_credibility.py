@@ -1,0 +1,124 @@
+"""A reply's usage that no reply can state (more cached input than input, a count below 0, an
+output count missing or not a number) is not kept: the request is charged its reservation, its cost
+is unknown, a warning names the counts; no cost is ever negative (trial 9)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pytest
+
+from .fakes.fake_llm_server import FakeLLM
+
+MODELS = {"openai": "openai:gpt-fake@{}/v1", "gemini": "gemini:gemini-fake@{}"}
+LABELS = {"openai": "openai:gpt-fake", "gemini": "gemini:gemini-fake"}
+CAPS = {"openai": "max_completion_tokens", "gemini": "maxOutputTokens"}
+KEYS = {"openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}
+
+
+async def run(
+    kind: str,
+    usage: dict,
+    price: str,
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stream: str = "never",
+) -> tuple[int, dict, dict, pl.DataFrame, list[int]]:
+    """Two When2Call requests of ``kind`` (capped at 100 output tokens, under --max-cost 1) to a
+    server whose replies state ``usage``: (exit code, the model's ``requests`` block, the run's
+    ``cost_bound`` block, the cache rows, the request bodies' sizes)."""
+    from dxi.runner.cli import main
+
+    monkeypatch.setenv(KEYS[kind], "sk-test-key")
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    async with FakeLLM(default=f"usageof:{orjson.dumps(usage).decode()}") as server:
+        argv = ["run", "--model", MODELS[kind].format(server.url), "--evals", "when2call"]
+        argv += ["--limit", "2", "--max-cost", "1", "--price", f"{LABELS[kind]}={price}"]
+        argv += ["--param", f"{CAPS[kind]}=100"]
+        argv += ["--stream", stream, "--data-dir", str(data_dir)]
+        argv += ["--cache-dir", str(cache), "--out", str(out), "-q"]
+        code = await asyncio.to_thread(main, argv)
+        sizes = [len(orjson.dumps(body)) for _, body in server.requests]
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    (model,) = summary["models"]
+    rows = pl.read_parquet(next(cache.rglob("*.parquet")))
+    return code, model["requests"], summary["cost_bound"], rows, sizes
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "not credible" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    ("kind", "usage", "what"),
+    [
+        (
+            "openai",
+            {
+                "prompt_tokens": 10,
+                "completion_tokens": 0,
+                "total_tokens": 10,
+                "prompt_tokens_details": {"cached_tokens": 900},
+            },
+            "openai:gpt-fake: a reply's usage is not credible (cached_input_tokens 900 > "
+            "input_tokens 10, which include them): not kept, its cost is unknown",
+        ),
+        (
+            "gemini",
+            {"promptTokenCount": 10, "candidatesTokenCount": 5, "cachedContentTokenCount": 900},
+            "gemini:gemini-fake: a reply's usage is not credible (cached_input_tokens 900 > "
+            "input_tokens 10, which include them): not kept, its cost is unknown",
+        ),
+    ],
+)
+async def test_more_cached_input_than_input_is_not_kept_and_never_a_negative_cost(
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    kind: str,
+    usage: dict,
+    what: str,
+):
+    """OpenAI's ``cached_tokens`` and Gemini's ``cachedContentTokenCount`` are counted within the
+    prompt tokens: 900 cached of 10 is no reply's usage. At $100 per million input tokens, $0
+    cached and output free, the old code priced each reply at (10·100 − 900·100) / 1e6 = −$0.089:
+    −$0.178 spent, "$-0.1780" and a bound it let others pass. Now: each reply warned of, its usage
+    not kept (the rows hold no counts), each request charged its reservation (its body's bytes at
+    $100 per million: the output is free), the cost unknown ("at most")."""
+    with caplog.at_level(logging.WARNING, "dxi.cost"):
+        code, requests, bound, rows, sizes = await run(
+            kind, usage, "100/0/0", data_dir, tmp_path, monkeypatch
+        )
+    assert code == 0
+    reserved = round(sum(sizes) * 100 / 1e6, 6)
+    assert (bound["spent_usd"], requests["cost_usd"]) == (pytest.approx(reserved),) * 2
+    assert requests["cost_at_reservation_usd"] == pytest.approx(reserved) and reserved > 0
+    assert (requests["sent"], requests["input_tokens"], requests["output_tokens"]) == (2, 0, 0)
+    assert warnings(caplog) == [what] * 2
+    assert (
+        rows.select("input_tokens", "cached_input_tokens", "output_tokens").rows()
+        == [(None, None, None)] * 2
+    )
+
+
+def test_no_cost_is_negative_and_a_cache_rows_inconsistent_counts_are_no_usage():
+    """``cost_usd`` refuses a negative figure (it returned −0.089); ``known_cost`` of a row with
+    900 cached of 10 input tokens (as an earlier version kept) is unknown (None), not −$0.089; a
+    count below 0 likewise; a consistent row is priced: 100 input of which 90 cached at
+    $100 / $0 / $0 is (100·100 − 90·100) / 1e6 = $0.001."""
+    from dxi.scoring.cost import cost_usd, inconsistent, known_cost
+
+    with pytest.raises(ValueError, match=r"^a negative cost \(-0\.089000 USD\): 10 input tokens"):
+        cost_usd(10, 0, 100, 0, 0, cached_tokens=900)
+    price = (100.0, 0.0, 0.0)
+    row = {"input_tokens": 10, "output_tokens": 0, "cached_input_tokens": 900}
+    assert known_cost(row, price) is None
+    assert inconsistent(row) == "cached_input_tokens 900 > input_tokens 10, which include them"
+    assert inconsistent({"input_tokens": 10, "output_tokens": -5}) == "output_tokens -5 < 0"
+    assert known_cost(row | {"cached_input_tokens": 90, "input_tokens": 100}, price) == 0.001
