@@ -160,7 +160,10 @@ class Reply:
     price (``scoring.cost``). ``served_model`` is the model the reply says answered (``model``,
     Gemini's ``modelVersion``), None when it names none. ``cut_off`` says where a reply cut off at
     the token limit was cut: ``"thinking"`` (the limit was spent before any answer text),
-    ``"answer"`` (within the answer), None when it was not cut off.
+    ``"answer"`` (within the answer), None when it was not cut off. ``usage_problem`` names the
+    counts the reply's usage states that are not counts of tokens (``adapters.http.not_counts``:
+    ``'usage.completion_tokens "50"'``; None: none), which make its usage not credible
+    (``runner.sending.cost.credible`` keeps none of it; never stored).
     """
 
     answers: tuple[Answer, ...]
@@ -172,6 +175,7 @@ class Reply:
     cache_write_tokens: int | None = None
     cache_write_1h_tokens: int | None = None
     cut_off: str | None = None
+    usage_problem: str | None = None
 
     @property
     def status(self) -> str:

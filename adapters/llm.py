@@ -158,9 +158,10 @@ def invalid_reply(
     cache_write_tokens: int | None = None,
     cache_write_1h_tokens: int | None = None,
     cut_off: str | None = None,
+    usage_problem: str | None = None,
 ) -> Reply:
-    """A reply whose every answer is invalid for the same ``reason`` (usage and ``cut_off`` as in
-    ``Reply``)."""
+    """A reply whose every answer is invalid for the same ``reason`` (usage, ``cut_off`` and
+    ``usage_problem`` as in ``Reply``)."""
     return Reply(
         tuple(Answer.invalid(q.id, reason) for q in task.questions),
         input_tokens,
@@ -170,6 +171,7 @@ def invalid_reply(
         cache_write_tokens=cache_write_tokens,
         cache_write_1h_tokens=cache_write_1h_tokens,
         cut_off=cut_off,
+        usage_problem=usage_problem,
     )
 
 
@@ -250,14 +252,16 @@ def decode_text(
     cache_write_tokens: int | None = None,
     cache_write_1h_tokens: int | None = None,
     cut_off: str | None = None,
+    usage_problem: str | None = None,
 ) -> Reply:
     """The Reply for a language model's reply ``text``.
 
     ``problem`` is a whole-reply reason the wire format already established (a refusal, a reply cut
     off at the token limit, a safety block): every answer is then invalid with it, whatever the
     text. ``reasoning`` says a reasoning field had content (an empty ``text`` is then "content only
-    in a reasoning field"). Token counts (as in ``Reply``), the served model name and ``cut_off``
-    (where the token limit cut the reply, with ``problem`` from ``truncated``) are passed through.
+    in a reasoning field"). Token counts and ``usage_problem`` (as in ``Reply``), the served model
+    name and ``cut_off`` (where the token limit cut the reply, with ``problem`` from ``truncated``)
+    are passed through.
     """
     usage = (input_tokens, output_tokens, served_model)
     cache = {
@@ -265,6 +269,7 @@ def decode_text(
         "cache_write_tokens": cache_write_tokens,
         "cache_write_1h_tokens": cache_write_1h_tokens,
         "cut_off": cut_off,
+        "usage_problem": usage_problem,
     }
     if problem is None and (text is None or not text.strip()):
         problem = REASONING_ONLY if reasoning else EMPTY

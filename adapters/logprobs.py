@@ -52,6 +52,7 @@ from .openai import (
     raise_body_error,
     reasons_by_default,
     usage_of,
+    usage_problem_of,
 )
 
 NONE_EFFORT_MODELS = ("gpt-6-luna", "gpt-6.1-terra")
@@ -102,6 +103,7 @@ def decode_logprobs(task: Task, body: bytes, n_top: int) -> Reply:
             body[:2000].decode("utf-8", "replace"),
         )
     answers, tokens_in, tokens_out, cached, written, served = [], 0, 0, 0, 0, None
+    problems: list[str] = []
     for q, doc in zip(task.questions, docs, strict=True):
         raise_body_error(doc)
         choice = choice_of(doc, orjson.dumps(doc))
@@ -121,6 +123,7 @@ def decode_logprobs(task: Task, body: bytes, n_top: int) -> Reply:
         tokens_out = None if tokens_out is None or used_out is None else tokens_out + used_out
         cached += cached_of(doc) or 0
         written += cache_writes_of(doc) or 0
+        problems += [p for p in [usage_problem_of(doc)] if p]
         served = served or (doc.get("model") if isinstance(doc.get("model"), str) else None)
     known = tokens_in is not None
     return Reply(
@@ -130,6 +133,7 @@ def decode_logprobs(task: Task, body: bytes, n_top: int) -> Reply:
         served,
         cached_input_tokens=cached if known else None,
         cache_write_tokens=written if known and written else None,
+        usage_problem="; ".join(problems) or None,
     )
 
 

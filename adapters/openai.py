@@ -40,7 +40,7 @@ from dxi.evals import Task
 from . import llm
 from .base import EFFORTS, Reply, Request
 from .errors import MalformedReply, Transient
-from .http import HTTPAdapter, as_count, load_json
+from .http import HTTPAdapter, as_count, load_json, not_counts
 from .provider_errors import body_error
 from .streaming import LONG_REPLY_TOKENS, ChatAssembler
 
@@ -107,6 +107,30 @@ def cache_writes_of(doc: dict, details: str = PROMPT_DETAILS) -> int | None:
     return as_count(_input_details(doc, details).get("cache_write_tokens"))
 
 
+def usage_problem_of(
+    doc: dict,
+    counts: tuple[str, str] = ("prompt_tokens", "completion_tokens"),
+    details: str = PROMPT_DETAILS,
+) -> str | None:
+    """``Reply.usage_problem`` of a Chat Completions reply (``counts``, ``details``: the Decisions
+    format's names, ``input_tokens`` / ``output_tokens`` and ``input_tokens_details``): the counts
+    of its ``usage`` that are stated but are not counts of tokens (``adapters.http.not_counts``),
+    joined; None when there are none."""
+    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+    found = [
+        *not_counts(usage, counts, "usage"),
+        *not_counts(
+            usage.get(details), ("cached_tokens", "cache_write_tokens"), f"usage.{details}"
+        ),
+        *not_counts(
+            usage.get("completion_tokens_details"),
+            ("reasoning_tokens",),
+            "usage.completion_tokens_details",
+        ),
+    ]
+    return "; ".join(found) or None
+
+
 def reasoning_tokens_of(doc: dict) -> int | None:
     """``usage.completion_tokens_details.reasoning_tokens`` of a Chat Completions reply (the openai
     SDK's ``types/completion_usage.py``): the completion tokens spent reasoning; None if absent."""
@@ -159,6 +183,7 @@ def decode_chat(
         cached_input_tokens=cached_of(doc),
         cache_write_tokens=cache_writes_of(doc),
         cut_off=cut_off,
+        usage_problem=usage_problem_of(doc),
     )
 
 

@@ -118,16 +118,23 @@ count Anthropic's cache reads and writes, which its ``input_tokens`` leaves out,
 
 def inconsistent(usage: Mapping) -> str | None:
     """Why the token counts ``usage`` (the ``USAGE_COLUMNS`` of a reply or a cache row; None or
-    absent: not stated) cannot be any reply's usage, or None when they can: a count below 0, or
-    more input tokens read from or written to the provider's prompt cache than the input tokens
-    that include them (OpenAI's ``cached_tokens`` and Gemini's ``cachedContentTokenCount`` are
-    counted within the prompt tokens, by their SDKs' docs). Priced, such counts make a negative cost
-    (10 input tokens of which 900 cached, at a cached price below the input price). A reply's usage
-    that is inconsistent is not kept (``runner.sending.cost.credible``), and a cache row's (an
-    earlier version's) is counted as no usage (``CONSISTENT``)."""
+    absent: not stated) cannot be any reply's usage, or None when they can: a count below 0; input
+    tokens without output tokens, or any count without input tokens (a usage is whole or none: an
+    output count missing, or one the adapter could not read, is not 0 output); or more input
+    tokens read from or written to the provider's prompt cache than the input tokens that include
+    them (OpenAI's ``cached_tokens`` and Gemini's ``cachedContentTokenCount`` are counted within
+    the prompt tokens, by their SDKs' docs). Priced, such counts make a negative cost (10 input
+    tokens of which 900 cached, at a cached price below the input price) or price unknown output
+    at $0. A reply's usage that is inconsistent is not kept (``runner.sending.cost.credible``), and
+    a cache row's (an earlier version's) is counted as no usage (``CONSISTENT``)."""
     for name in USAGE_COLUMNS:
         if (usage.get(name) or 0) < 0:
             return f"{name} {usage[name]} < 0"
+    stated = [n for n in USAGE_COLUMNS if usage.get(n) is not None]
+    if stated and usage.get("input_tokens") is None:
+        return f"{', '.join(f'{n} {usage[n]}' for n in stated)} without input_tokens"
+    if stated and usage.get("output_tokens") is None:
+        return f"input_tokens {usage['input_tokens']} without output_tokens"
     parts = {n: usage[n] for n in INPUT_PARTS if usage.get(n)}
     if parts and sum(parts.values()) > (usage.get("input_tokens") or 0):
         return (
@@ -139,6 +146,8 @@ def inconsistent(usage: Mapping) -> str | None:
 
 CONSISTENT = pl.all_horizontal(
     *(pl.col(n).fill_null(0) >= 0 for n in USAGE_COLUMNS),
+    pl.col("input_tokens").is_not_null() & pl.col("output_tokens").is_not_null()
+    | pl.all_horizontal(*(pl.col(n).is_null() for n in USAGE_COLUMNS)),
     pl.col("input_tokens").fill_null(0)
     >= pl.sum_horizontal(*(pl.col(n).fill_null(0) for n in INPUT_PARTS)),
 )

@@ -14,10 +14,15 @@ import pytest
 
 from .fakes.fake_llm_server import FakeLLM
 
-MODELS = {"openai": "openai:gpt-fake@{}/v1", "gemini": "gemini:gemini-fake@{}"}
+MODELS = {
+    "openai": "openai:gpt-fake@{}/v1",
+    "gemini": "gemini:gemini-fake@{}",
+    "anthropic": "anthropic:claude-fake@{}",
+}
 LABELS = {"openai": "openai:gpt-fake", "gemini": "gemini:gemini-fake"}
-CAPS = {"openai": "max_completion_tokens", "gemini": "maxOutputTokens"}
-KEYS = {"openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}
+LABELS["anthropic"] = "anthropic:claude-fake"
+CAPS = {"openai": "max_completion_tokens", "gemini": "maxOutputTokens", "anthropic": "max_tokens"}
+KEYS = {"openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
 async def run(
@@ -122,3 +127,100 @@ def test_no_cost_is_negative_and_a_cache_rows_inconsistent_counts_are_no_usage()
     assert inconsistent(row) == "cached_input_tokens 900 > input_tokens 10, which include them"
     assert inconsistent({"input_tokens": 10, "output_tokens": -5}) == "output_tokens -5 < 0"
     assert known_cost(row | {"cached_input_tokens": 90, "input_tokens": 100}, price) == 0.001
+
+
+@pytest.mark.parametrize(
+    ("kind", "usage", "stream", "what"),
+    [
+        ("openai", {"prompt_tokens": 100}, "never", "input_tokens 100 without output_tokens"),
+        (
+            "openai",
+            {"prompt_tokens": 100, "completion_tokens": None, "total_tokens": 150},
+            "never",
+            "not a count of tokens: usage.completion_tokens null",
+        ),
+        (
+            "openai",
+            {"prompt_tokens": 100, "completion_tokens": "50"},
+            "never",
+            'not a count of tokens: usage.completion_tokens "50"',
+        ),
+        (
+            "openai",
+            {"prompt_tokens": 100, "completion_tokens": -50, "total_tokens": 50},
+            "always",
+            "not a count of tokens: usage.completion_tokens -50",
+        ),
+        ("anthropic", {"input_tokens": 100}, "never", "input_tokens 100 without output_tokens"),
+        (
+            "anthropic",
+            {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": -100000},
+            "never",
+            "not a count of tokens: usage.cache_read_input_tokens -100000",
+        ),
+        (
+            "gemini",
+            {"promptTokenCount": 100, "candidatesTokenCount": 5, "thoughtsTokenCount": -1000},
+            "never",
+            "not a count of tokens: usageMetadata.thoughtsTokenCount -1000",
+        ),
+    ],
+)
+async def test_an_output_count_missing_or_not_a_count_is_not_priced_as_0_output(
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    kind: str,
+    usage: dict,
+    stream: str,
+    what: str,
+):
+    """Output at $100 per million tokens, input free, a cap of 100 output tokens: a reply whose
+    output count is missing, null, a string or below 0 (whole or streamed; a thought count below
+    0; a cache read below 0, which was read as 0) was priced as 0 output: $0 for the two requests,
+    so the bound never stopped a model whose every reply says so. Now each is warned of, its
+    usage not kept, each request charged its reservation, 100 · 100 / 1e6 = $0.01 (the input is
+    free): $0.02, at most."""
+    with caplog.at_level(logging.WARNING, "dxi.cost"):
+        code, requests, bound, rows, _ = await run(
+            kind, usage, "0/100", data_dir, tmp_path, monkeypatch, stream
+        )
+    assert code == 0
+    assert (bound["spent_usd"], requests["cost_usd"]) == (0.02, 0.02)
+    assert requests["cost_at_reservation_usd"] == 0.02
+    assert rows.select("status", "input_tokens", "output_tokens").rows() == [("ok", None, None)] * 2
+    label = LABELS[kind]
+    said = f"{label}: a reply's usage is not credible ({what}): not kept, its cost is unknown"
+    assert warnings(caplog) == [said] * 2
+
+
+async def test_a_gemini_count_left_out_is_0_as_the_api_leaves_out_a_count_of_0(
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+):
+    """Gemini leaves a count of 0 out of its JSON: ``{"promptTokenCount": 100}`` is 100 input
+    tokens and 0 output, believed (no warning): at $1 / $100 per million, 100 · 1 / 1e6 = $0.0001 a
+    reply, $0.0002 for two, a known cost (no "at most"); the rows hold 0 output tokens (the old code
+    kept null there, while pricing it as 0)."""
+    with caplog.at_level(logging.WARNING, "dxi.cost"):
+        code, requests, bound, rows, _ = await run(
+            "gemini", {"promptTokenCount": 100}, "1/100", data_dir, tmp_path, monkeypatch
+        )
+    assert code == 0 and warnings(caplog) == []
+    assert (bound["spent_usd"], requests["cost_usd"]) == (0.0002, 0.0002)
+    assert "cost_at_reservation_usd" not in requests
+    assert rows.select("input_tokens", "output_tokens").rows() == [(100, 0)] * 2
+
+
+def test_a_count_that_is_infinity_or_a_fraction_is_named_not_read_as_absent():
+    """``Infinity`` (which the reply parser reads as a float) and 0.5 are no counts: the decoded
+    reply names them (``Reply.usage_problem``) and ``incredible`` does not believe it; a count left
+    out is not named."""
+    from dxi.adapters.openai import usage_problem_of
+
+    doc = {"usage": {"prompt_tokens": 100.9, "completion_tokens": float("inf")}}
+    assert usage_problem_of(doc) == ("usage.prompt_tokens 100.9; usage.completion_tokens Infinity")
+    assert usage_problem_of({"usage": {"prompt_tokens": 100}}) is None
