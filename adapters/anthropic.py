@@ -333,3 +333,8 @@ class Anthropic(HTTPAdapter):
         """``max_tokens`` (its default leaves room for thinking, ``adapters.budgets``; thinking
         counts within it)."""
         return llm.token_cap(self.params, "max_tokens")
+
+    def cost_bound_problem(self) -> str | None:
+        """A ``max_tokens`` below 1 (``llm.cost_bound_problem``; Messages has no number of
+        replies)."""
+        return llm.cost_bound_problem(self.params, ("max_tokens",))

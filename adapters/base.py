@@ -379,6 +379,13 @@ class Adapter(abc.ABC):
         reply."""
         return None
 
+    def cost_bound_problem(self) -> str | None:
+        """What in this model's parameters no cost bound can hold, as a message naming the
+        parameter (``adapters.llm.cost_bound_problem``: an output cap below 1, a number of
+        replies that is not a positive integer); None: nothing. ``dxi run --max-cost`` refuses it
+        (exit 2)."""
+        return None
+
     @property
     def limits_key(self) -> str:
         return f"{self.kind}@{self.spec.base_url or 'default'}"

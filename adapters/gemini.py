@@ -270,10 +270,21 @@ class Gemini(HTTPAdapter):
 
     def output_tokens_bound(self, task: Task) -> int | None:
         """``maxOutputTokens`` plus ``thinkingConfig.thinkingBudget`` (thoughts are billed as
+        output), once per candidate the request asks for (``candidateCount``: each is billed its
         output); None when ``maxOutputTokens`` is unset, or thinking is on without a budget."""
+        one = self._one_candidate_bound()
+        n = llm.choices(self.params, "candidateCount")
+        return None if one is None or n is None else one * n
+
+    def _one_candidate_bound(self) -> int | None:
         cap = llm.token_cap(self.params, "maxOutputTokens")
         thinking = self.params.get("thinkingConfig")
         if cap is None or not isinstance(thinking, dict) or "thinkingBudget" not in thinking:
             return cap
         budget = llm.token_cap(thinking, "thinkingBudget")
         return None if budget is None and thinking["thinkingBudget"] != 0 else cap + (budget or 0)
+
+    def cost_bound_problem(self) -> str | None:
+        """A ``maxOutputTokens`` below 1, or a ``candidateCount`` that is not a positive integer
+        (``llm.cost_bound_problem``)."""
+        return llm.cost_bound_problem(self.params, ("maxOutputTokens",), "candidateCount")

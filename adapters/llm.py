@@ -132,6 +132,40 @@ def token_cap(params: Mapping[str, Any], *names: str) -> int | None:
     return None
 
 
+def choices(params: Mapping[str, Any], name: str) -> int | None:
+    """How many replies a request with ``params`` asks for, each billed its own output tokens:
+    ``params[name]`` (OpenAI's ``n`` choices, Gemini's ``candidateCount`` candidates; dxi scores
+    the first), 1 when absent; None when it is not a positive integer (the provider refuses it, and
+    no output bound holds for it)."""
+    value = params.get(name, 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def cost_bound_problem(
+    params: Mapping[str, Any], caps: tuple[str, ...], many: str | None = None
+) -> str | None:
+    """What in ``params`` no cost bound can hold, naming the parameter (``Adapter``'s
+    ``cost_bound_problem``): an output cap among ``caps`` that is not an integer of at least 1 (a
+    cap of 0 leaves no room for an answer, and whatever a server writes past it was not reserved),
+    or a number of replies ``many`` (``choices``; None: the API has none) that is not a positive
+    integer. None: nothing."""
+    for name in caps:
+        value = params.get(name)
+        if name in params and (token_cap(params, name) or 0) < 1:
+            return (
+                f"{name}={orjson.dumps(value).decode()}: under a cost bound an output cap must be an integer "
+                "of at least 1 (the bound reserves the cap's output tokens: below 1 it reserves "
+                "none, and leaves no room for an answer)"
+            )
+    if many is not None and choices(params, many) is None:
+        return (
+            f"{many}={orjson.dumps(params[many]).decode()}: under a cost bound {many} must be a positive "
+            f"integer (the number of replies a request asks for, each billed its output: the bound "
+            f"reserves the output cap {many} times)"
+        )
+    return None
+
+
 def truncated(stop: str, cap: str, began: bool, thinking: bool) -> tuple[str, str]:
     """``(reason, Reply.cut_off)`` for a reply cut off at the token limit: ``stop`` names the
     provider's signal ("stop_reason max_tokens"), ``cap`` the request field that set the limit

@@ -44,6 +44,7 @@ from .base import Answer, Limits, ModelSpec, Reply, Request
 from .errors import MalformedReply, ProviderStop, Retryable
 from .http import HTTPAdapter, load_json
 from .openai import (
+    CAPS,
     ReasoningEffort,
     cache_writes_of,
     cached_of,
@@ -224,9 +225,16 @@ class Logprobs(ReasoningEffort, HTTPAdapter):
         return decode_logprobs(task, body, self.n_top)
 
     def output_tokens_bound(self, task: Task) -> int | None:
-        """``max_completion_tokens`` or ``max_tokens`` (default 1) for each question's request."""
-        cap = llm.token_cap(self.params, "max_completion_tokens", "max_tokens")
-        return None if cap is None else cap * len(task.questions)
+        """``max_completion_tokens`` or ``max_tokens`` (default 1) for each question's request,
+        once per choice it asks for (``n``)."""
+        cap = llm.token_cap(self.params, *CAPS)
+        n = llm.choices(self.params, "n")
+        return None if cap is None or n is None else cap * n * len(task.questions)
+
+    def cost_bound_problem(self) -> str | None:
+        """A cap below 1, or an ``n`` that is not a positive integer
+        (``llm.cost_bound_problem``)."""
+        return llm.cost_bound_problem(self.params, CAPS, "n")
 
 
 def _names_logprobs(stop: ProviderStop) -> bool:

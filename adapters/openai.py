@@ -81,6 +81,9 @@ def usage_of(doc: dict) -> tuple[int | None, int | None]:
     return prompt, completion
 
 
+CAPS = ("max_completion_tokens", "max_tokens")
+"""The output caps of a Chat Completions request, the first given the one that holds (OpenAI's,
+reasoning tokens included; ``max_tokens``, deprecated there, elsewhere)."""
 PROMPT_DETAILS = "prompt_tokens_details"
 """Where Chat Completions usage details its prompt tokens (the openai SDK's
 ``types/completion_usage.py``); the Decisions format's is ``input_tokens_details``
@@ -298,6 +301,13 @@ class OpenAI(ReasoningEffort, HTTPAdapter):
         )
 
     def output_tokens_bound(self, task: Task) -> int | None:
-        """``max_completion_tokens`` (reasoning tokens included), else ``max_tokens``; None when
-        unset."""
-        return llm.token_cap(self.params, "max_completion_tokens", "max_tokens")
+        """``max_completion_tokens`` (reasoning tokens included), else ``max_tokens``, once per
+        choice the request asks for (``n``: each is billed its output); None when unset."""
+        cap = llm.token_cap(self.params, *CAPS)
+        n = llm.choices(self.params, "n")
+        return None if cap is None or n is None else cap * n
+
+    def cost_bound_problem(self) -> str | None:
+        """A cap below 1, or an ``n`` that is not a positive integer
+        (``llm.cost_bound_problem``)."""
+        return llm.cost_bound_problem(self.params, CAPS, "n")
