@@ -224,3 +224,41 @@ def test_a_count_that_is_infinity_or_a_fraction_is_named_not_read_as_absent():
     doc = {"usage": {"prompt_tokens": 100.9, "completion_tokens": float("inf")}}
     assert usage_problem_of(doc) == ("usage.prompt_tokens 100.9; usage.completion_tokens Infinity")
     assert usage_problem_of({"usage": {"prompt_tokens": 100}}) is None
+
+
+def test_a_cache_rows_counts_no_reply_can_state_are_counted_as_no_usage():
+    """Rows an earlier version kept: 100 input and 10 output tokens (believed), 10 input of which
+    900 cached, and 100 input without an output count. At $100 / $100 / $0 per million the old
+    usage block summed them all: 210 input tokens, (210·100 + 10·100 − 900·100) / 1e6 = −$0.068.
+    Now the two are replies without usage: 100 input, 10 output, the cost unknown (null, with the
+    reason), never negative."""
+    import numpy as np
+
+    from dxi.scoring.cost import usage_blocks
+    from dxi.scoring.pipeline import usage_table
+
+    found = pl.DataFrame(
+        {
+            "eval": ["when2call"] * 3,
+            "status": ["ok"] * 3,
+            "input_tokens": [100, 10, 100],
+            "output_tokens": [10, 0, None],
+            "cached_input_tokens": [0, 900, None],
+            "cache_write_tokens": [None] * 3,
+            "cache_write_1h_tokens": [None] * 3,
+            "transport": [None] * 3,
+        },
+        schema_overrides={"cache_write_tokens": pl.Int64, "cache_write_1h_tokens": pl.Int64},
+    )
+    table = usage_table(found, np.zeros(3, np.int64), pl.DataFrame({"label": ["a"]}))
+    per_model, run = usage_blocks(table, ["a"], {"a": (100.0, 100.0, 0.0)})
+    block = per_model["a"]
+    assert run["cost_usd"] is None and run["cost_reason"] == "replies of a reported no usage"
+    assert (block["replies"], block["with_usage"]) == (3, 1)
+    assert (block["input_tokens"], block["output_tokens"], block["cached_input_tokens"]) == (
+        100,
+        10,
+        0,
+    )
+    assert block["cost_usd"] is None
+    assert block["cost_reason"] == "2 replies reported no usage: their cost is unknown"
