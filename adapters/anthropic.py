@@ -72,7 +72,7 @@ from dxi.evals import Task
 from . import budgets, llm
 from .base import Limits, ModelSpec, Reply, Request
 from .errors import MalformedReply, Transient
-from .http import HTTPAdapter, as_count, load_reply
+from .http import HTTPAdapter, as_count, load_reply, not_counts
 from .provider_errors import body_error
 from .streaming import MessagesAssembler, anthropic_sdk_refuses
 
@@ -94,6 +94,10 @@ PAUSED = (
 )
 
 
+COUNTS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+"""The counts of a Messages reply's ``usage`` that price it."""
+
+
 def usage_of(doc: dict) -> dict:
     """``input_tokens`` (cache reads and writes included: Anthropic counts them outside
     ``input_tokens``), ``cached_input_tokens`` (the cache reads, ``cache_read_input_tokens``),
@@ -101,8 +105,10 @@ def usage_of(doc: dict) -> dict:
     ``cache_creation_input_tokens``, split by TTL as ``cache_creation.ephemeral_5m_input_tokens`` /
     ``ephemeral_1h_input_tokens`` say; without that split all are 5-minute writes, the default TTL),
     ``output_tokens`` and ``served_model`` of a Messages reply (the anthropic SDK's
-    ``types/usage.py`` and ``cache_creation.py``). Anthropic prices cache reads at 0.1x the input
-    price, 5-minute writes at 1.25x and 1-hour writes at 2x (``CACHE_PRICES``)."""
+    ``types/usage.py`` and ``cache_creation.py``), with ``usage_problem`` (``Reply``: a count
+    stated that is not one, such as ``cache_read_input_tokens: -100000``, which is not read as 0).
+    Anthropic prices cache reads at 0.1x the input price, 5-minute writes at 1.25x and 1-hour writes
+    at 2x (``CACHE_PRICES``)."""
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
     fresh = as_count(usage.get("input_tokens"))
     read = as_count(usage.get("cache_read_input_tokens")) or 0
@@ -110,6 +116,9 @@ def usage_of(doc: dict) -> dict:
     split = usage.get("cache_creation") if isinstance(usage.get("cache_creation"), dict) else {}
     hour = min(as_count(split.get("ephemeral_1h_input_tokens")) or 0, written)
     known = fresh is not None
+    problems = not_counts(usage, COUNTS, "usage") + not_counts(
+        split, ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"), "usage.cache_creation"
+    )
     return {
         "input_tokens": fresh + read + written if known else None,
         "cached_input_tokens": read if known else None,
@@ -117,6 +126,7 @@ def usage_of(doc: dict) -> dict:
         "cache_write_1h_tokens": hour if known else None,
         "output_tokens": as_count(usage.get("output_tokens")),
         "served_model": doc.get("model") if isinstance(doc.get("model"), str) else None,
+        "usage_problem": "; ".join(problems) or None,
     }
 
 
@@ -323,3 +333,8 @@ class Anthropic(HTTPAdapter):
         """``max_tokens`` (its default leaves room for thinking, ``adapters.budgets``; thinking
         counts within it)."""
         return llm.token_cap(self.params, "max_tokens")
+
+    def cost_bound_problem(self) -> str | None:
+        """A ``max_tokens`` below 1 (``llm.cost_bound_problem``; Messages has no number of
+        replies)."""
+        return llm.cost_bound_problem(self.params, ("max_tokens",))

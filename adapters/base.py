@@ -162,7 +162,10 @@ class Reply:
     price (``scoring.cost``). ``served_model`` is the model the reply says answered (``model``,
     Gemini's ``modelVersion``), None when it names none. ``cut_off`` says where a reply cut off at
     the token limit was cut: ``"thinking"`` (the limit was spent before any answer text),
-    ``"answer"`` (within the answer), None when it was not cut off.
+    ``"answer"`` (within the answer), None when it was not cut off. ``usage_problem`` names the
+    counts the reply's usage states that are not counts of tokens (``adapters.http.not_counts``:
+    ``'usage.completion_tokens "50"'``; None: none), which make its usage not credible
+    (``runner.sending.cost.credible`` keeps none of it; never stored).
     """
 
     answers: tuple[Answer, ...]
@@ -174,6 +177,7 @@ class Reply:
     cache_write_tokens: int | None = None
     cache_write_1h_tokens: int | None = None
     cut_off: str | None = None
+    usage_problem: str | None = None
 
     @property
     def status(self) -> str:
@@ -396,6 +400,13 @@ class Adapter(abc.ABC):
         """An upper bound of the output tokens of one request for ``task`` (what the provider may
         bill), from the request's own cap (``max_tokens`` and the like); None when nothing caps the
         reply."""
+        return None
+
+    def cost_bound_problem(self) -> str | None:
+        """What in this model's parameters no cost bound can hold, as a message naming the
+        parameter (``adapters.llm.cost_bound_problem``: an output cap below 1, a number of
+        replies that is not a positive integer); None: nothing. ``dxi run --max-cost`` refuses it
+        (exit 2)."""
         return None
 
     @property

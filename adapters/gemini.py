@@ -43,7 +43,7 @@ from dxi.evals import Task
 from . import llm, provider_errors
 from .base import Reply, Request
 from .errors import MalformedReply, Transient
-from .http import HTTPAdapter, as_count, load_reply
+from .http import HTTPAdapter, as_count, load_reply, not_counts
 from .provider_errors import body_error
 from .streaming import LONG_REPLY_TOKENS, GenerateAssembler, gemini_stream_path
 
@@ -54,24 +54,37 @@ def retry_delay(body: bytes) -> float | None:
     return provider_errors.retry_delay(provider_errors.error_doc(body))
 
 
-def billed_output(answer: Any, thoughts: Any) -> int | None:
-    """The output tokens billed for a Gemini reply: its answer tokens (``candidatesTokenCount``)
-    plus its thoughts (``thoughtsTokenCount``, billed as output and not counted within the answer
-    tokens: google-genai ``GenerateContentResponseUsageMetadata``); None when neither is given. The
-    API leaves a count of 0 out of its JSON, so a reply cut off while thinking gives
-    ``thoughtsTokenCount`` alone (python-genai #811): its thoughts are its output."""
-    out, thought = as_count(answer), as_count(thoughts)
-    return None if out is None and thought is None else (out or 0) + (thought or 0)
+def billed_output(usage: dict, answer: str, thoughts: str) -> int | None:
+    """The output tokens billed for a Gemini reply whose usage block is ``usage``: its answer
+    tokens (the count named ``answer``, ``candidatesTokenCount``) plus its thoughts (``thoughts``,
+    ``thoughtsTokenCount``, billed as output and not counted within the answer tokens: google-genai
+    ``GenerateContentResponseUsageMetadata``). The API leaves a count of 0 out of its JSON, so a
+    count left out is 0 (a reply cut off while thinking gives ``thoughtsTokenCount`` alone,
+    python-genai #811: its thoughts are its output); None without a usage block, or when either is
+    stated but is not a count (``not_counts`` names it: its cost is then unknown, never priced as 0
+    output)."""
+    out, thought = (as_count(usage.get(key, 0)) for key in (answer, thoughts))
+    return None if not usage or out is None or thought is None else out + thought
 
 
-def _usage(doc: dict) -> tuple[int | None, int | None, int | None]:
+COUNTS = (
+    "promptTokenCount",
+    "candidatesTokenCount",
+    "thoughtsTokenCount",
+    "cachedContentTokenCount",
+)
+"""The counts of a generateContent reply's ``usageMetadata`` that price it."""
+
+
+def _usage(doc: dict) -> tuple[int | None, int | None, int | None, str | None]:
     usage = doc.get("usageMetadata") if isinstance(doc.get("usageMetadata"), dict) else {}
     prompt = as_count(usage.get("promptTokenCount"))
     cached = as_count(usage.get("cachedContentTokenCount"))  # within promptTokenCount
     return (
         prompt,
-        billed_output(usage.get("candidatesTokenCount"), usage.get("thoughtsTokenCount")),
+        billed_output(usage, "candidatesTokenCount", "thoughtsTokenCount"),
         (cached or 0) if prompt is not None else None,
+        "; ".join(not_counts(usage, COUNTS, "usageMetadata")) or None,
     )
 
 
@@ -83,11 +96,12 @@ def decode_generate(task: Task, body: bytes, doc: Any = None) -> Reply:
         raise Transient(f"an error inside a 200 reply: {error}", 200)
     if not isinstance(doc, dict):
         raise MalformedReply("reply is not a JSON object", body[:2000].decode("utf-8", "replace"))
-    tokens_in, tokens_out, cached = _usage(doc)
+    tokens_in, tokens_out, cached, problem = _usage(doc)
     meta = {
         "input_tokens": tokens_in,
         "output_tokens": tokens_out,
         "cached_input_tokens": cached,
+        "usage_problem": problem,
         "served_model": doc.get("modelVersion")
         if isinstance(doc.get("modelVersion"), str)
         else None,
@@ -256,10 +270,21 @@ class Gemini(HTTPAdapter):
 
     def output_tokens_bound(self, task: Task) -> int | None:
         """``maxOutputTokens`` plus ``thinkingConfig.thinkingBudget`` (thoughts are billed as
+        output), once per candidate the request asks for (``candidateCount``: each is billed its
         output); None when ``maxOutputTokens`` is unset, or thinking is on without a budget."""
+        one = self._one_candidate_bound()
+        n = llm.choices(self.params, "candidateCount")
+        return None if one is None or n is None else one * n
+
+    def _one_candidate_bound(self) -> int | None:
         cap = llm.token_cap(self.params, "maxOutputTokens")
         thinking = self.params.get("thinkingConfig")
         if cap is None or not isinstance(thinking, dict) or "thinkingBudget" not in thinking:
             return cap
         budget = llm.token_cap(thinking, "thinkingBudget")
         return None if budget is None and thinking["thinkingBudget"] != 0 else cap + (budget or 0)
+
+    def cost_bound_problem(self) -> str | None:
+        """A ``maxOutputTokens`` below 1, or a ``candidateCount`` that is not a positive integer
+        (``llm.cost_bound_problem``)."""
+        return llm.cost_bound_problem(self.params, ("maxOutputTokens",), "candidateCount")

@@ -41,7 +41,7 @@ from dxi.evals import Task
 from .base import Reply, Request
 from .errors import MalformedReply, Transient
 from .gemini import API_KEY_ENVS, billed_output, retry_delay
-from .http import HTTPAdapter, as_count, load_reply
+from .http import HTTPAdapter, as_count, load_reply, not_counts
 from .llm import invalid_reply
 from .provider_errors import body_error
 from .systemone import decode_answers, encode_questions
@@ -55,11 +55,19 @@ def _usage(doc: dict) -> dict:
     cached = as_count(usage.get("total_cached_tokens"))
     return {
         "input_tokens": tokens_in,
-        "output_tokens": billed_output(
-            usage.get("total_output_tokens"), usage.get("total_thought_tokens")
-        ),
+        "output_tokens": billed_output(usage, "total_output_tokens", "total_thought_tokens"),
         "cached_input_tokens": (cached or 0) if tokens_in is not None else None,
+        "usage_problem": "; ".join(not_counts(usage, COUNTS, "usage")) or None,
     }
+
+
+COUNTS = (
+    "total_input_tokens",
+    "total_output_tokens",
+    "total_thought_tokens",
+    "total_cached_tokens",
+)
+"""The counts of a CreateDecisionResponse's ``usage`` that price it."""
 
 
 def decode_decision(task: Task, body: bytes) -> Reply:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import math
 import os
 import re
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -677,6 +678,21 @@ async def _stop_if_failed(token: Awaitable[str]) -> str:
 def as_count(value: Any) -> int | None:
     """A token count from a usage block: a non-negative int, else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def not_counts(block: Any, keys: Iterable[str], where: str) -> list[str]:
+    """The counts among ``keys`` that the usage block ``block`` (a JSON object; anything else
+    states none) states but that are not a count of tokens (not ``as_count``: a string, a fraction,
+    a boolean, null, Infinity, a number below 0), each as ``WHERE.KEY VALUE`` (the value as JSON,
+    cut at 40 characters): what ``Reply.usage_problem`` names. A count left out is not named (a
+    provider may leave one out: Gemini leaves out a count of 0)."""
+    if not isinstance(block, Mapping):
+        return []
+    return [
+        f"{where}.{key} {json.dumps(block[key], default=str)[:40]}"
+        for key in keys
+        if key in block and as_count(block[key]) is None
+    ]
 
 
 async def check_reachable(url: str, what: str, timeout_s: float = 10.0) -> None:

@@ -132,6 +132,40 @@ def token_cap(params: Mapping[str, Any], *names: str) -> int | None:
     return None
 
 
+def choices(params: Mapping[str, Any], name: str) -> int | None:
+    """How many replies a request with ``params`` asks for, each billed its own output tokens:
+    ``params[name]`` (OpenAI's ``n`` choices, Gemini's ``candidateCount`` candidates; dxi scores
+    the first), 1 when absent; None when it is not a positive integer (the provider refuses it, and
+    no output bound holds for it)."""
+    value = params.get(name, 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def cost_bound_problem(
+    params: Mapping[str, Any], caps: tuple[str, ...], many: str | None = None
+) -> str | None:
+    """What in ``params`` no cost bound can hold, naming the parameter (``Adapter``'s
+    ``cost_bound_problem``): an output cap among ``caps`` that is not an integer of at least 1 (a
+    cap of 0 leaves no room for an answer, and whatever a server writes past it was not reserved),
+    or a number of replies ``many`` (``choices``; None: the API has none) that is not a positive
+    integer. None: nothing."""
+    for name in caps:
+        value = params.get(name)
+        if name in params and (token_cap(params, name) or 0) < 1:
+            return (
+                f"{name}={orjson.dumps(value).decode()}: under a cost bound an output cap must be an integer "
+                "of at least 1 (the bound reserves the cap's output tokens: below 1 it reserves "
+                "none, and leaves no room for an answer)"
+            )
+    if many is not None and choices(params, many) is None:
+        return (
+            f"{many}={orjson.dumps(params[many]).decode()}: under a cost bound {many} must be a positive "
+            f"integer (the number of replies a request asks for, each billed its output: the bound "
+            f"reserves the output cap {many} times)"
+        )
+    return None
+
+
 def truncated(stop: str, cap: str, began: bool, thinking: bool) -> tuple[str, str]:
     """``(reason, Reply.cut_off)`` for a reply cut off at the token limit: ``stop`` names the
     provider's signal ("stop_reason max_tokens"), ``cap`` the request field that set the limit
@@ -158,9 +192,10 @@ def invalid_reply(
     cache_write_tokens: int | None = None,
     cache_write_1h_tokens: int | None = None,
     cut_off: str | None = None,
+    usage_problem: str | None = None,
 ) -> Reply:
-    """A reply whose every answer is invalid for the same ``reason`` (usage and ``cut_off`` as in
-    ``Reply``)."""
+    """A reply whose every answer is invalid for the same ``reason`` (usage, ``cut_off`` and
+    ``usage_problem`` as in ``Reply``)."""
     return Reply(
         tuple(Answer.invalid(q.id, reason) for q in task.questions),
         input_tokens,
@@ -170,6 +205,7 @@ def invalid_reply(
         cache_write_tokens=cache_write_tokens,
         cache_write_1h_tokens=cache_write_1h_tokens,
         cut_off=cut_off,
+        usage_problem=usage_problem,
     )
 
 
@@ -250,14 +286,16 @@ def decode_text(
     cache_write_tokens: int | None = None,
     cache_write_1h_tokens: int | None = None,
     cut_off: str | None = None,
+    usage_problem: str | None = None,
 ) -> Reply:
     """The Reply for a language model's reply ``text``.
 
     ``problem`` is a whole-reply reason the wire format already established (a refusal, a reply cut
     off at the token limit, a safety block): every answer is then invalid with it, whatever the
     text. ``reasoning`` says a reasoning field had content (an empty ``text`` is then "content only
-    in a reasoning field"). Token counts (as in ``Reply``), the served model name and ``cut_off``
-    (where the token limit cut the reply, with ``problem`` from ``truncated``) are passed through.
+    in a reasoning field"). Token counts and ``usage_problem`` (as in ``Reply``), the served model
+    name and ``cut_off`` (where the token limit cut the reply, with ``problem`` from ``truncated``)
+    are passed through.
     """
     usage = (input_tokens, output_tokens, served_model)
     cache = {
@@ -265,6 +303,7 @@ def decode_text(
         "cache_write_tokens": cache_write_tokens,
         "cache_write_1h_tokens": cache_write_1h_tokens,
         "cut_off": cut_off,
+        "usage_problem": usage_problem,
     }
     if problem is None and (text is None or not text.strip()):
         problem = REASONING_ONLY if reasoning else EMPTY

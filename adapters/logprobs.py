@@ -44,6 +44,7 @@ from .base import Answer, Limits, ModelSpec, Reply, Request
 from .errors import MalformedReply, ProviderStop, Retryable
 from .http import HTTPAdapter, load_reply
 from .openai import (
+    CAPS,
     ReasoningEffort,
     cache_writes_of,
     cached_of,
@@ -52,6 +53,7 @@ from .openai import (
     raise_body_error,
     reasons_by_default,
     usage_of,
+    usage_problem_of,
 )
 
 NONE_EFFORT_MODELS = ("gpt-6-luna", "gpt-6.1-terra")
@@ -102,6 +104,7 @@ def decode_logprobs(task: Task, body: bytes, n_top: int) -> Reply:
             body[:2000].decode("utf-8", "replace"),
         )
     answers, tokens_in, tokens_out, cached, written, served = [], 0, 0, 0, 0, None
+    problems: list[str] = []
     for q, doc in zip(task.questions, docs, strict=True):
         raise_body_error(doc)
         choice = choice_of(doc, orjson.dumps(doc))
@@ -121,6 +124,7 @@ def decode_logprobs(task: Task, body: bytes, n_top: int) -> Reply:
         tokens_out = None if tokens_out is None or used_out is None else tokens_out + used_out
         cached += cached_of(doc) or 0
         written += cache_writes_of(doc) or 0
+        problems += [p for p in [usage_problem_of(doc)] if p]
         served = served or (doc.get("model") if isinstance(doc.get("model"), str) else None)
     known = tokens_in is not None
     return Reply(
@@ -130,6 +134,7 @@ def decode_logprobs(task: Task, body: bytes, n_top: int) -> Reply:
         served,
         cached_input_tokens=cached if known else None,
         cache_write_tokens=written if known and written else None,
+        usage_problem="; ".join(problems) or None,
     )
 
 
@@ -220,9 +225,16 @@ class Logprobs(ReasoningEffort, HTTPAdapter):
         return decode_logprobs(task, body, self.n_top)
 
     def output_tokens_bound(self, task: Task) -> int | None:
-        """``max_completion_tokens`` or ``max_tokens`` (default 1) for each question's request."""
-        cap = llm.token_cap(self.params, "max_completion_tokens", "max_tokens")
-        return None if cap is None else cap * len(task.questions)
+        """``max_completion_tokens`` or ``max_tokens`` (default 1) for each question's request,
+        once per choice it asks for (``n``)."""
+        cap = llm.token_cap(self.params, *CAPS)
+        n = llm.choices(self.params, "n")
+        return None if cap is None or n is None else cap * n * len(task.questions)
+
+    def cost_bound_problem(self) -> str | None:
+        """A cap below 1, or an ``n`` that is not a positive integer
+        (``llm.cost_bound_problem``)."""
+        return llm.cost_bound_problem(self.params, CAPS, "n")
 
 
 def _names_logprobs(stop: ProviderStop) -> bool:

@@ -40,7 +40,7 @@ from dxi.evals import Task
 from . import llm
 from .base import EFFORTS, Reply, Request
 from .errors import MalformedReply, Transient
-from .http import HTTPAdapter, as_count, load_reply
+from .http import HTTPAdapter, as_count, load_reply, not_counts
 from .provider_errors import body_error
 from .streaming import LONG_REPLY_TOKENS, ChatAssembler
 
@@ -81,6 +81,9 @@ def usage_of(doc: dict) -> tuple[int | None, int | None]:
     return prompt, completion
 
 
+CAPS = ("max_completion_tokens", "max_tokens")
+"""The output caps of a Chat Completions request, the first given the one that holds (OpenAI's,
+reasoning tokens included; ``max_tokens``, deprecated there, elsewhere)."""
 PROMPT_DETAILS = "prompt_tokens_details"
 """Where Chat Completions usage details its prompt tokens (the openai SDK's
 ``types/completion_usage.py``); the Decisions format's is ``input_tokens_details``
@@ -105,6 +108,30 @@ def cache_writes_of(doc: dict, details: str = PROMPT_DETAILS) -> int | None:
     written to OpenAI's prompt cache (within ``prompt_tokens``; priced at a run file's
     ``cache_write`` price, else as input); None if absent."""
     return as_count(_input_details(doc, details).get("cache_write_tokens"))
+
+
+def usage_problem_of(
+    doc: dict,
+    counts: tuple[str, str] = ("prompt_tokens", "completion_tokens"),
+    details: str = PROMPT_DETAILS,
+) -> str | None:
+    """``Reply.usage_problem`` of a Chat Completions reply (``counts``, ``details``: the Decisions
+    format's names, ``input_tokens`` / ``output_tokens`` and ``input_tokens_details``): the counts
+    of its ``usage`` that are stated but are not counts of tokens (``adapters.http.not_counts``),
+    joined; None when there are none."""
+    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+    found = [
+        *not_counts(usage, counts, "usage"),
+        *not_counts(
+            usage.get(details), ("cached_tokens", "cache_write_tokens"), f"usage.{details}"
+        ),
+        *not_counts(
+            usage.get("completion_tokens_details"),
+            ("reasoning_tokens",),
+            "usage.completion_tokens_details",
+        ),
+    ]
+    return "; ".join(found) or None
 
 
 def reasoning_tokens_of(doc: dict) -> int | None:
@@ -159,6 +186,7 @@ def decode_chat(
         cached_input_tokens=cached_of(doc),
         cache_write_tokens=cache_writes_of(doc),
         cut_off=cut_off,
+        usage_problem=usage_problem_of(doc),
     )
 
 
@@ -273,6 +301,13 @@ class OpenAI(ReasoningEffort, HTTPAdapter):
         )
 
     def output_tokens_bound(self, task: Task) -> int | None:
-        """``max_completion_tokens`` (reasoning tokens included), else ``max_tokens``; None when
-        unset."""
-        return llm.token_cap(self.params, "max_completion_tokens", "max_tokens")
+        """``max_completion_tokens`` (reasoning tokens included), else ``max_tokens``, once per
+        choice the request asks for (``n``: each is billed its output); None when unset."""
+        cap = llm.token_cap(self.params, *CAPS)
+        n = llm.choices(self.params, "n")
+        return None if cap is None or n is None else cap * n
+
+    def cost_bound_problem(self) -> str | None:
+        """A cap below 1, or an ``n`` that is not a positive integer
+        (``llm.cost_bound_problem``)."""
+        return llm.cost_bound_problem(self.params, CAPS, "n")

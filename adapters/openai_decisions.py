@@ -33,7 +33,7 @@ from .base import Answer, Reply, Request
 from .decision import choice_answer, yes_no_answer
 from .errors import MalformedReply, Transient
 from .http import HTTPAdapter, as_count, load_reply
-from .openai import cache_writes_of, cached_of
+from .openai import cache_writes_of, cached_of, usage_problem_of
 from .provider_errors import body_error
 
 INPUT_DETAILS = "input_tokens_details"  # the openai SDK's types/decision.py Usage
@@ -131,6 +131,7 @@ def decode_decisions(task: Task, body: bytes) -> Reply:
         served,
         cached_input_tokens=cached_of(doc, INPUT_DETAILS),
         cache_write_tokens=cache_writes_of(doc, INPUT_DETAILS),
+        usage_problem=usage_problem_of(doc, ("input_tokens", "output_tokens"), INPUT_DETAILS),
     )
 
 

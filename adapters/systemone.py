@@ -38,6 +38,7 @@ from . import http
 from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
 from .decision import choice_answer, yes_no_answer
 from .errors import SERVED, UNREACHABLE, Fatal, MalformedReply, ProviderStop, Transient
+from .http import as_count, not_counts
 from .json_body import duplicates, load_reply
 from .provider_errors import body_error
 
@@ -119,12 +120,14 @@ def decode_body(task: Task, body: bytes) -> Reply:
         raise MalformedReply("reply has no 'answers' object", _text(body))
     parsed = decode_answers(task, doc["answers"])
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-    tokens = [
-        v if isinstance(v, int) and not isinstance(v, bool) else None
-        for v in (usage.get("input_tokens"), usage.get("output_tokens"))
-    ]
+    counts = ("input_tokens", "output_tokens")
     served = doc.get("model") if isinstance(doc.get("model"), str) else None
-    return Reply(parsed, tokens[0], tokens[1], served)
+    return Reply(
+        parsed,
+        *(as_count(usage.get(c)) for c in counts),
+        served,
+        usage_problem="; ".join(not_counts(usage, counts, "usage")) or None,
+    )
 
 
 def decode_answers(task: Task, answers: dict) -> tuple[Answer, ...]:

@@ -63,13 +63,21 @@ def cost_usd(
     def extra(tokens: float, price: float | None) -> float:  # the difference from the input price
         return 0.0 if price is None or not tokens else tokens * (price - price_input)
 
-    return (
+    usd = (
         input_tokens * price_input
         + output_tokens * price_output
         + extra(cached_tokens, price_cached)
         + extra(written_tokens, price_write)
         + extra(written_1h_tokens, price_write_1h)
     ) / 1e6
+    if usd < 0:  # counts no reply can state (``inconsistent``), or a negative price
+        raise ValueError(
+            f"a negative cost ({usd:.6f} USD): {input_tokens:g} input tokens, of them "
+            f"{cached_tokens:g} cached and {written_tokens + written_1h_tokens:g} cache writes, "
+            f"{output_tokens:g} output tokens; counts no reply can state, which are kept out of "
+            "every cost (scoring.cost.inconsistent)"
+        )
+    return usd
 
 
 BATCH_SHARE = 0.5
@@ -103,6 +111,47 @@ def batch_price(
 
 USAGE_COLUMNS = ("input_tokens", "output_tokens", "cached_input_tokens", *CACHE_WRITES)
 """A cache row's (or a reply's) token counts that price it."""
+INPUT_PARTS = ("cached_input_tokens", *CACHE_WRITES)
+"""The counts of a usage that are parts of its ``input_tokens`` (every provider's: the adapters
+count Anthropic's cache reads and writes, which its ``input_tokens`` leaves out, into it)."""
+
+
+def inconsistent(usage: Mapping) -> str | None:
+    """Why the token counts ``usage`` (the ``USAGE_COLUMNS`` of a reply or a cache row; None or
+    absent: not stated) cannot be any reply's usage, or None when they can: a count below 0; input
+    tokens without output tokens, or any count without input tokens (a usage is whole or none: an
+    output count missing, or one the adapter could not read, is not 0 output); or more input
+    tokens read from or written to the provider's prompt cache than the input tokens that include
+    them (OpenAI's ``cached_tokens`` and Gemini's ``cachedContentTokenCount`` are counted within
+    the prompt tokens, by their SDKs' docs). Priced, such counts make a negative cost (10 input
+    tokens of which 900 cached, at a cached price below the input price) or price unknown output
+    at $0. A reply's usage that is inconsistent is not kept (``runner.sending.cost.credible``), and
+    a cache row's (an earlier version's) is counted as no usage (``CONSISTENT``)."""
+    for name in USAGE_COLUMNS:
+        if (usage.get(name) or 0) < 0:
+            return f"{name} {usage[name]} < 0"
+    stated = [n for n in USAGE_COLUMNS if usage.get(n) is not None]
+    if stated and usage.get("input_tokens") is None:
+        return f"{', '.join(f'{n} {usage[n]}' for n in stated)} without input_tokens"
+    if stated and usage.get("output_tokens") is None:
+        return f"input_tokens {usage['input_tokens']} without output_tokens"
+    parts = {n: usage[n] for n in INPUT_PARTS if usage.get(n)}
+    if parts and sum(parts.values()) > (usage.get("input_tokens") or 0):
+        return (
+            f"{' + '.join(parts)} {sum(parts.values())} > input_tokens "
+            f"{usage.get('input_tokens')}, which include them"
+        )
+    return None
+
+
+CONSISTENT = pl.all_horizontal(
+    *(pl.col(n).fill_null(0) >= 0 for n in USAGE_COLUMNS),
+    pl.col("input_tokens").is_not_null() & pl.col("output_tokens").is_not_null()
+    | pl.all_horizontal(*(pl.col(n).is_null() for n in USAGE_COLUMNS)),
+    pl.col("input_tokens").fill_null(0)
+    >= pl.sum_horizontal(*(pl.col(n).fill_null(0) for n in INPUT_PARTS)),
+)
+"""A cache row whose token counts are not ``inconsistent`` (the same rule, as an expression)."""
 
 
 def request_cost(usage: Mapping, price: tuple[float | None, ...]) -> float:
@@ -125,10 +174,11 @@ def request_cost(usage: Mapping, price: tuple[float | None, ...]) -> float:
 
 def known_cost(usage: Mapping, price: tuple[float | None, ...] | None) -> float | None:
     """``request_cost`` of one cache row (``usage``), or None where it is unknown: without a price,
-    without usage (``input_tokens`` None), or when its reply reported 0 tokens (not ``COUNTED``) at
-    a price that is not free (``usage_blocks``' rule, per request: ``dxi view``)."""
+    without usage (``input_tokens`` None), when its reply reported 0 tokens (not ``COUNTED``) at
+    a price that is not free (``usage_blocks``' rule, per request: ``dxi view``), or counts no reply
+    can state (``inconsistent``: an earlier version's row)."""
     tokens = usage.get("input_tokens")
-    if price is None or tokens is None or (tokens <= 0 and any(price)):
+    if price is None or tokens is None or (tokens <= 0 and any(price)) or inconsistent(usage):
         return None
     return request_cost(usage, price)
 

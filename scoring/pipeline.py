@@ -41,7 +41,7 @@ from dxi.cache.index import newest, rank_expr
 from dxi.served import served_by_other_expr
 
 from .columns import explode, filtered_parts
-from .cost import COUNTED
+from .cost import CONSISTENT, COUNTED
 from .sums import _codes, build_cubes, eval_metrics_all, metric_table
 
 CONFIG_COLUMNS = ["provider", "model", "endpoint", "params", "prompt_version"]
@@ -669,7 +669,9 @@ def usage(rows: Rows, models: pl.DataFrame, gold: pl.DataFrame, epochs: int = 1)
     ``input_tokens`` / ``output_tokens`` they reported, with ``cached_input_tokens``,
     ``cache_write_tokens`` and ``cache_write_1h_tokens`` of the input (``USAGE_SCHEMA``;
     ``scoring.cost``); ``batch``: the rows a provider batch brought (``transport`` "batch", priced
-    at the batch rate), apart from the others. Usage of earlier attempts, rows of other
+    at the batch rate), apart from the others. A row whose counts no reply can state
+    (``scoring.cost.inconsistent``: more cached input than input, a count below 0; kept by earlier
+    versions) counts as a reply without usage. Usage of earlier attempts, rows of other
     configurations, rows replaced by newer ones and replies another model gave (set aside: not
     scored) is not counted: this is what the answers scored cost."""
     models = models.sort("label").with_row_index("m")
@@ -699,6 +701,7 @@ def usage_table(found: pl.DataFrame, m: np.ndarray, models: pl.DataFrame) -> pl.
     sums = (
         found.with_columns(
             pl.Series("m", m, dtype=pl.UInt32),
+            *(pl.when(CONSISTENT).then(pl.col(c)).alias(c) for c in _TOKENS),
             (pl.col("transport") == "batch").fill_null(False).alias("batch"),
         )
         .group_by("m", "eval", "batch")

@@ -207,8 +207,9 @@ class Plan:
 
     def check_cost_bound(self) -> None:
         """Under a cost bound every model needs a price (a model on this machine is free by default)
-        and, when its output tokens are priced, a cap on them (``max_tokens`` or the like);
-        UsageError otherwise."""
+        and, when its output tokens are priced, a cap on them (``max_tokens`` or the like), and no
+        parameter the bound cannot hold (``Adapter.cost_bound_problem``: a cap below 1, an ``n`` or
+        ``candidateCount`` that is not a positive integer); UsageError otherwise."""
         if self.max_cost is None:
             return
         first = next(iter(self.suite.tasks()), None)
@@ -219,6 +220,8 @@ class Plan:
                     f"{shlex.quote(m.label)}=IN/OUT (USD per million input / output tokens) or in the run file "
                     "(price = {input = USD, output = USD})"
                 )
+            if (problem := m.adapter.cost_bound_problem()) is not None:
+                raise UsageError(f"{m.label}: {problem}")
             if first is not None and m.price[1] and m.adapter.output_tokens_bound(first) is None:
                 raise UsageError(
                     f"{m.label}: under a cost bound, cap the output tokens, leaving room for reasoning "

@@ -140,7 +140,18 @@ def incredible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> 
     the provider adds unseen: a token is at least a byte), or output tokens past the request's own
     cap (``Adapter.output_tokens_bound``, which the provider enforces) or, where nothing caps them,
     past ``MAX_REPLY_OUTPUT`` (more than any provider's model can write in one reply), or any count
-    past a 64-bit integer (the cache's columns)."""
+    past a 64-bit integer (the cache's columns), or counts no reply can state
+    (``Reply.usage_problem``: a count stated that is not one, a string, null, Infinity;
+    ``scoring.cost.inconsistent``: below 0, input without output, more cached input than input)."""
+    if reply.usage_problem is not None:
+        return f"not a count of tokens: {reply.usage_problem}"
+    # the package first, then its module (``from dxi.scoring.cost import`` locks them the other
+    # way round, a deadlock with a thread importing the package meanwhile: ``prepare_scoring``)
+    from dxi.scoring import cost as scoring_cost
+
+    usage = {c: getattr(reply, c) for c in scoring_cost.USAGE_COLUMNS}
+    if (why := scoring_cost.inconsistent(usage)) is not None:
+        return why
     limit = input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS)
     for name in _INPUTS:
         count = getattr(reply, name)

@@ -24,6 +24,10 @@ behaviour from ``script`` (then ``default``):
 * ``"usage:N"`` (Chat Completions, not streamed): the ok reply whose ``usage`` states N (JSON:
   ``1000000000000``, ``-5``, ``1.5``, ``"12"``, ``null``) input and output tokens, as a broken or
   hostile server might (``"usage:[IN,OUT]"``: IN input and OUT output tokens);
+* ``"usageof:JSON"`` (Chat Completions, Messages, generateContent; whole or streamed): the ok reply
+  whose usage block (``usage``, Gemini's ``usageMetadata``) is the JSON object given, as a broken or
+  hostile server might state it (``{"prompt_tokens": 10, "completion_tokens": 0,
+  "prompt_tokens_details": {"cached_tokens": 900}}``);
 * ``"echobig:N"``: 200 (``text/event-stream`` when streamed, else JSON): N bytes of ``x``, the key
   the request carried, then 5 MiB of ``y`` (a reply too large, with the key across where it is cut);
 * ``"bomb:N"``: 200, ``text/event-stream`` in ``Content-Encoding: gzip``, N MiB of blank lines
@@ -164,6 +168,26 @@ class FakeLLM:
             given = count if isinstance(count, list) and len(count) == 2 else [count, count]
             reply["usage"] = {"prompt_tokens": given[0], "completion_tokens": given[1]}
             return web.Response(body=orjson.dumps(reply), content_type="application/json")
+        if kind == "usageof" and fmt in ("openai", "anthropic", "gemini"):
+            name = request.match_info.get("name", "").partition(":")[0]
+            reply = (
+                openai_chat(payload, "ok")
+                if fmt == "openai"
+                else anthropic_messages(payload, "ok")
+                if fmt == "anthropic"
+                else gemini_generate(payload, "ok", name)
+            )
+            reply["usageMetadata" if fmt == "gemini" else "usage"] = orjson.loads(arg)
+            if not stream:
+                return web.json_response(reply)
+            events = (
+                sse_streams.openai_events
+                if fmt == "openai"
+                else sse_streams.anthropic_events
+                if fmt == "anthropic"
+                else sse_streams.gemini_events
+            )
+            return await self._send(request, events(reply, self.pieces))
         if kind == "echobig":
             sent = request.headers.get("x-api-key") or request.headers.get("Authorization", "")
             body = b"x" * int(arg) + sent.removeprefix("Bearer ").encode() + b"y" * (5 << 20)

@@ -1,0 +1,264 @@
+"""A reply's usage that no reply can state (more cached input than input, a count below 0, an
+output count missing or not a number) is not kept: the request is charged its reservation, its cost
+is unknown, a warning names the counts; no cost is ever negative (trial 9)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pytest
+
+from .fakes.fake_llm_server import FakeLLM
+
+MODELS = {
+    "openai": "openai:gpt-fake@{}/v1",
+    "gemini": "gemini:gemini-fake@{}",
+    "anthropic": "anthropic:claude-fake@{}",
+}
+LABELS = {"openai": "openai:gpt-fake", "gemini": "gemini:gemini-fake"}
+LABELS["anthropic"] = "anthropic:claude-fake"
+CAPS = {"openai": "max_completion_tokens", "gemini": "maxOutputTokens", "anthropic": "max_tokens"}
+KEYS = {"openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+async def run(
+    kind: str,
+    usage: dict,
+    price: str,
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stream: str = "never",
+) -> tuple[int, dict, dict, pl.DataFrame, list[int]]:
+    """Two When2Call requests of ``kind`` (capped at 100 output tokens, under --max-cost 1) to a
+    server whose replies state ``usage``: (exit code, the model's ``requests`` block, the run's
+    ``cost_bound`` block, the cache rows, the request bodies' sizes)."""
+    from dxi.runner.cli import main
+
+    monkeypatch.setenv(KEYS[kind], "sk-test-key")
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    async with FakeLLM(default=f"usageof:{orjson.dumps(usage).decode()}") as server:
+        argv = ["run", "--model", MODELS[kind].format(server.url), "--evals", "when2call"]
+        argv += ["--limit", "2", "--max-cost", "1", "--price", f"{LABELS[kind]}={price}"]
+        argv += ["--param", f"{CAPS[kind]}=100"]
+        argv += ["--stream", stream, "--data-dir", str(data_dir)]
+        argv += ["--cache-dir", str(cache), "--out", str(out), "-q"]
+        code = await asyncio.to_thread(main, argv)
+        sizes = [len(orjson.dumps(body)) for _, body in server.requests]
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    (model,) = summary["models"]
+    rows = pl.read_parquet(next(cache.rglob("*.parquet")))
+    return code, model["requests"], summary["cost_bound"], rows, sizes
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "not credible" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    ("kind", "usage", "what"),
+    [
+        (
+            "openai",
+            {
+                "prompt_tokens": 10,
+                "completion_tokens": 0,
+                "total_tokens": 10,
+                "prompt_tokens_details": {"cached_tokens": 900},
+            },
+            "openai:gpt-fake: a reply's usage is not credible (cached_input_tokens 900 > "
+            "input_tokens 10, which include them): not kept, its cost is unknown",
+        ),
+        (
+            "gemini",
+            {"promptTokenCount": 10, "candidatesTokenCount": 5, "cachedContentTokenCount": 900},
+            "gemini:gemini-fake: a reply's usage is not credible (cached_input_tokens 900 > "
+            "input_tokens 10, which include them): not kept, its cost is unknown",
+        ),
+    ],
+)
+async def test_more_cached_input_than_input_is_not_kept_and_never_a_negative_cost(
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    kind: str,
+    usage: dict,
+    what: str,
+):
+    """OpenAI's ``cached_tokens`` and Gemini's ``cachedContentTokenCount`` are counted within the
+    prompt tokens: 900 cached of 10 is no reply's usage. At $100 per million input tokens, $0
+    cached and output free, the old code priced each reply at (10·100 − 900·100) / 1e6 = −$0.089:
+    −$0.178 spent, "$-0.1780" and a bound it let others pass. Now: each reply warned of, its usage
+    not kept (the rows hold no counts), each request charged its reservation (its body's bytes at
+    $100 per million: the output is free), the cost unknown ("at most")."""
+    with caplog.at_level(logging.WARNING, "dxi.cost"):
+        code, requests, bound, rows, sizes = await run(
+            kind, usage, "100/0/0", data_dir, tmp_path, monkeypatch
+        )
+    assert code == 0
+    reserved = round(sum(sizes) * 100 / 1e6, 6)
+    assert (bound["spent_usd"], requests["cost_usd"]) == (pytest.approx(reserved),) * 2
+    assert requests["cost_at_reservation_usd"] == pytest.approx(reserved) and reserved > 0
+    assert (requests["sent"], requests["input_tokens"], requests["output_tokens"]) == (2, 0, 0)
+    assert warnings(caplog) == [what] * 2
+    assert (
+        rows.select("input_tokens", "cached_input_tokens", "output_tokens").rows()
+        == [(None, None, None)] * 2
+    )
+
+
+def test_no_cost_is_negative_and_a_cache_rows_inconsistent_counts_are_no_usage():
+    """``cost_usd`` refuses a negative figure (it returned −0.089); ``known_cost`` of a row with
+    900 cached of 10 input tokens (as an earlier version kept) is unknown (None), not −$0.089; a
+    count below 0 likewise; a consistent row is priced: 100 input of which 90 cached at
+    $100 / $0 / $0 is (100·100 − 90·100) / 1e6 = $0.001."""
+    from dxi.scoring.cost import cost_usd, inconsistent, known_cost
+
+    with pytest.raises(ValueError, match=r"^a negative cost \(-0\.089000 USD\): 10 input tokens"):
+        cost_usd(10, 0, 100, 0, 0, cached_tokens=900)
+    price = (100.0, 0.0, 0.0)
+    row = {"input_tokens": 10, "output_tokens": 0, "cached_input_tokens": 900}
+    assert known_cost(row, price) is None
+    assert inconsistent(row) == "cached_input_tokens 900 > input_tokens 10, which include them"
+    assert inconsistent({"input_tokens": 10, "output_tokens": -5}) == "output_tokens -5 < 0"
+    assert known_cost(row | {"cached_input_tokens": 90, "input_tokens": 100}, price) == 0.001
+
+
+@pytest.mark.parametrize(
+    ("kind", "usage", "stream", "what"),
+    [
+        ("openai", {"prompt_tokens": 100}, "never", "input_tokens 100 without output_tokens"),
+        (
+            "openai",
+            {"prompt_tokens": 100, "completion_tokens": None, "total_tokens": 150},
+            "never",
+            "not a count of tokens: usage.completion_tokens null",
+        ),
+        (
+            "openai",
+            {"prompt_tokens": 100, "completion_tokens": "50"},
+            "never",
+            'not a count of tokens: usage.completion_tokens "50"',
+        ),
+        (
+            "openai",
+            {"prompt_tokens": 100, "completion_tokens": -50, "total_tokens": 50},
+            "always",
+            "not a count of tokens: usage.completion_tokens -50",
+        ),
+        ("anthropic", {"input_tokens": 100}, "never", "input_tokens 100 without output_tokens"),
+        (
+            "anthropic",
+            {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": -100000},
+            "never",
+            "not a count of tokens: usage.cache_read_input_tokens -100000",
+        ),
+        (
+            "gemini",
+            {"promptTokenCount": 100, "candidatesTokenCount": 5, "thoughtsTokenCount": -1000},
+            "never",
+            "not a count of tokens: usageMetadata.thoughtsTokenCount -1000",
+        ),
+    ],
+)
+async def test_an_output_count_missing_or_not_a_count_is_not_priced_as_0_output(
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    kind: str,
+    usage: dict,
+    stream: str,
+    what: str,
+):
+    """Output at $100 per million tokens, input free, a cap of 100 output tokens: a reply whose
+    output count is missing, null, a string or below 0 (whole or streamed; a thought count below
+    0; a cache read below 0, which was read as 0) was priced as 0 output: $0 for the two requests,
+    so the bound never stopped a model whose every reply says so. Now each is warned of, its
+    usage not kept, each request charged its reservation, 100 · 100 / 1e6 = $0.01 (the input is
+    free): $0.02, at most."""
+    with caplog.at_level(logging.WARNING, "dxi.cost"):
+        code, requests, bound, rows, _ = await run(
+            kind, usage, "0/100", data_dir, tmp_path, monkeypatch, stream
+        )
+    assert code == 0
+    assert (bound["spent_usd"], requests["cost_usd"]) == (0.02, 0.02)
+    assert requests["cost_at_reservation_usd"] == 0.02
+    assert rows.select("status", "input_tokens", "output_tokens").rows() == [("ok", None, None)] * 2
+    label = LABELS[kind]
+    said = f"{label}: a reply's usage is not credible ({what}): not kept, its cost is unknown"
+    assert warnings(caplog) == [said] * 2
+
+
+async def test_a_gemini_count_left_out_is_0_as_the_api_leaves_out_a_count_of_0(
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+):
+    """Gemini leaves a count of 0 out of its JSON: ``{"promptTokenCount": 100}`` is 100 input
+    tokens and 0 output, believed (no warning): at $1 / $100 per million, 100 · 1 / 1e6 = $0.0001 a
+    reply, $0.0002 for two, a known cost (no "at most"); the rows hold 0 output tokens (the old code
+    kept null there, while pricing it as 0)."""
+    with caplog.at_level(logging.WARNING, "dxi.cost"):
+        code, requests, bound, rows, _ = await run(
+            "gemini", {"promptTokenCount": 100}, "1/100", data_dir, tmp_path, monkeypatch
+        )
+    assert code == 0 and warnings(caplog) == []
+    assert (bound["spent_usd"], requests["cost_usd"]) == (0.0002, 0.0002)
+    assert "cost_at_reservation_usd" not in requests
+    assert rows.select("input_tokens", "output_tokens").rows() == [(100, 0)] * 2
+
+
+def test_a_count_that_is_infinity_or_a_fraction_is_named_not_read_as_absent():
+    """``Infinity`` (which the reply parser reads as a float) and 0.5 are no counts: the decoded
+    reply names them (``Reply.usage_problem``) and ``incredible`` does not believe it; a count left
+    out is not named."""
+    from dxi.adapters.openai import usage_problem_of
+
+    doc = {"usage": {"prompt_tokens": 100.9, "completion_tokens": float("inf")}}
+    assert usage_problem_of(doc) == ("usage.prompt_tokens 100.9; usage.completion_tokens Infinity")
+    assert usage_problem_of({"usage": {"prompt_tokens": 100}}) is None
+
+
+def test_a_cache_rows_counts_no_reply_can_state_are_counted_as_no_usage():
+    """Rows an earlier version kept: 100 input and 10 output tokens (believed), 10 input of which
+    900 cached, and 100 input without an output count. At $100 / $100 / $0 per million the old
+    usage block summed them all: 210 input tokens, (210·100 + 10·100 − 900·100) / 1e6 = −$0.068.
+    Now the two are replies without usage: 100 input, 10 output, the cost unknown (null, with the
+    reason), never negative."""
+    import numpy as np
+
+    from dxi.scoring.cost import usage_blocks
+    from dxi.scoring.pipeline import usage_table
+
+    found = pl.DataFrame(
+        {
+            "eval": ["when2call"] * 3,
+            "status": ["ok"] * 3,
+            "input_tokens": [100, 10, 100],
+            "output_tokens": [10, 0, None],
+            "cached_input_tokens": [0, 900, None],
+            "cache_write_tokens": [None] * 3,
+            "cache_write_1h_tokens": [None] * 3,
+            "transport": [None] * 3,
+        },
+        schema_overrides={"cache_write_tokens": pl.Int64, "cache_write_1h_tokens": pl.Int64},
+    )
+    table = usage_table(found, np.zeros(3, np.int64), pl.DataFrame({"label": ["a"]}))
+    per_model, run = usage_blocks(table, ["a"], {"a": (100.0, 100.0, 0.0)})
+    block = per_model["a"]
+    assert run["cost_usd"] is None and run["cost_reason"] == "replies of a reported no usage"
+    assert (block["replies"], block["with_usage"]) == (3, 1)
+    assert (block["input_tokens"], block["output_tokens"], block["cached_input_tokens"]) == (
+        100,
+        10,
+        0,
+    )
+    assert block["cost_usd"] is None
+    assert block["cost_reason"] == "2 replies reported no usage: their cost is unknown"
