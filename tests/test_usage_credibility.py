@@ -262,3 +262,45 @@ def test_a_cache_rows_counts_no_reply_can_state_are_counted_as_no_usage():
     )
     assert block["cost_usd"] is None
     assert block["cost_reason"] == "2 replies reported no usage: their cost is unknown"
+
+
+async def test_a_reply_of_another_model_is_charged_its_reservation_not_its_absurd_usage(
+    data_dir: Path, tmp_path: Path
+):
+    """A System One server now serving another model answers with a usage of 10^12 input tokens:
+    the provider stops (the reply is not the model's, not stored) and the request is charged as any
+    reply whose usage is not credible, its reservation. Before, the served-model check came before
+    the credibility check, so the stop kept the raw usage: 10^12 tokens at $1 per million charged
+    $1,000,000 against a $1 bound."""
+    from dxi import adapters
+    from dxi.cache import Cache
+    from dxi.evals import Suite, discover
+    from dxi.runner.planning.plan import ModelRun
+    from dxi.runner.sending.cost import Budget
+    from dxi.runner.sending.scheduler import run as run_models
+
+    from .fakes.fake_provider import FakeProvider, systemone
+    from .helpers.runs import FAST
+
+    other = systemone("fake-robot", 0.7, 0.8)
+
+    def respond(payload: dict) -> dict:
+        return other(payload) | {"usage": {"input_tokens": 10**12, "output_tokens": 1}}
+
+    async with FakeProvider(model="fake-decider", routes={"/v1/systemone": respond}) as server:
+        adapter = adapters.get(f"systemone:fake-decider@{server.url}", FAST)
+        await adapter.start()
+        budget = Budget(1.0)
+        try:
+            with Cache(tmp_path / "c") as cache:
+                await run_models(
+                    [ModelRun(adapter, price=(1.0, 1.0))],
+                    Suite(discover(data_dir), limit=1, evals=("when2call",)),
+                    cache,
+                    budget=budget,
+                )
+                rows = cache.scan().collect()
+        finally:
+            await adapter.close()
+    assert rows.height == 0  # another model's reply: never stored
+    assert 0 < budget.spent == budget.spent_at_reservation < 0.01

@@ -241,8 +241,10 @@ async def _once(
             out.latency_ms = (out.ended - started) * 1000
             out.ttft_s, out.streamed = progress.ttft_s, progress.streamed
         reply = adapter.decode(task, out.body)
+        # absurd usage: none, its cost unknown; first, so that a reply the next check refuses is
+        # charged as believed too (a stop kept the raw usage: 10^12 tokens charged in full)
+        reply = credible(reply, adapter, task, request)
         adapter.check_served(reply)  # not the model asked for: ProviderStop, no row (its cost kept)
-        reply = credible(reply, adapter, task, request)  # absurd usage: none, its cost unknown
         out.reply, ok = reply, True
         limiter.model_replies[adapter.label] += 1
     except ReplyTooLarge as exc:  # read no further; stored invalid with its first bytes
