@@ -33,6 +33,7 @@ import yarl
 
 from dxi.evals import CHOICE, Task
 from dxi.served import served_by_other
+from dxi.shown import shown
 
 from . import http
 from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
@@ -251,6 +252,13 @@ class SystemOne(Adapter):
             raise Fatal(
                 f"{url} did not report a model name{answered}; name the model in the model "
                 f"string: systemone:NAME@{self.base_url}"
+            )
+        if shown(served) != served:  # the name is printed and written to the cache and outputs
+            await self.close()
+            raise Fatal(
+                f"{url} reported the model name '{shown(served)}', which holds a control character "
+                "(ESC, a line break, a bidirectional override: shown escaped here); name the model "
+                f"in the model string: systemone:NAME@{self.base_url}"
             )
         self.model = served
 

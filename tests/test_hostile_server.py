@@ -992,3 +992,30 @@ def test_a_progress_bar_shows_a_model_named_by_its_server_escaped():
     console.print(bars.make_tasks_table(bars.tasks))
     said = console.export_text()
     assert said.startswith("systemone:m\\x1b]0;T\\x07 ") and "\x1b" not in said
+
+
+async def test_a_system_one_health_naming_a_model_with_control_characters_is_refused():
+    """``systemone:URL`` takes the model's name from ``GET /health``. A name holding ESC, BEL and a
+    line break was taken as it was: the terminal printed a forged line ("FORGED-HEALTH") in the
+    header, the progress and the tables, and the cache and run history stored it raw (trial 10).
+    It is refused as a model string's name is, the name shown escaped."""
+    from aiohttp import web
+
+    from dxi import adapters
+    from dxi.adapters.errors import Fatal
+
+    name = "robo\x1b]0;PWNED\x07\nFORGED-HEALTH"
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"model": name})
+
+    async with served("GET", "/health", health) as url:
+        adapter = adapters.get(f"systemone:{url}")
+        with pytest.raises(Fatal) as raised:
+            await adapter.start()
+    assert str(raised.value) == (
+        f"{url}/health reported the model name 'robo\\x1b]0;PWNED\\x07\\nFORGED-HEALTH', which "
+        "holds a control character (ESC, a line break, a bidirectional override: shown escaped "
+        f"here); name the model in the model string: systemone:NAME@{url}"
+    )
+    assert adapter.model == ""  # not taken
