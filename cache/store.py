@@ -159,6 +159,7 @@ class Cache:
         self.root = Path(root)
         self.read_only = read_only
         self._set_aside: set[Path] = set()  # read-only: unreadable shards skipped, left in place
+        self._foreign: set[Path] = set()  # Parquet files in shards/ that are not shards: skipped
         self.fsync = fsync
         self.retry_invalid, self.retry_failed = retry_invalid, retry_failed
         self.roll_rows = max(1, roll_rows)
@@ -205,7 +206,28 @@ class Cache:
         log.warning(message)
 
     def _local(self) -> list[Path]:
-        return [p for p in sorted(self.root.glob("shards/*.parquet")) if p not in self._set_aside]
+        return [
+            p
+            for p in sorted(self.root.glob("shards/*.parquet"))
+            if p not in self._set_aside and self._is_shard(p)
+        ]
+
+    def _is_shard(self, path: Path) -> bool:
+        """False for a Parquet file in shards/ that is not a cache shard (``layout.NotAShard``: an
+        answers.parquet copied there), skipped with a warning naming it (once per open cache).
+        Anything else is left to the readers: a layout this version does not know is refused
+        when read (``layout.UnknownLayout``), a damaged footer set aside (``cache.verify``)."""
+        if path in self._foreign:
+            return False
+        try:
+            layout.layout_of(path)
+        except layout.NotAShard as exc:
+            self._foreign.add(path)
+            self._warn(f"cache: {exc}")
+            return False
+        except (layout.UnknownLayout, *verify.damaged()):
+            pass
+        return True
 
     def _shards(self) -> list[Path]:
         shards = self._local()
@@ -754,8 +776,9 @@ class Cache:
             except FileNotFoundError:  # compacted away by another process meanwhile
                 continue
             except (
-                layout.UnknownLayout
-            ) as exc:  # a newer version's: left alone, never merged across
+                layout.UnknownLayout,
+                layout.NotAShard,
+            ) as exc:  # a newer version's, or not a shard: left alone, never merged across
                 self._warn(f"cache: {exc}; left as it is.")
                 groups.append([])
                 continue
