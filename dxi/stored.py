@@ -7,7 +7,9 @@ may import it (``dxi.layers``).
   version, sampling parameters and the exact request bytes (``adapters.base.Request.key``). A cache
   row whose key is not ``request_key`` of its own columns is damaged.
 * ``probability``: a probability as a reply may give it (a finite number in [0, 1], not a bool),
-  else None: what the decision adapters accept (``adapters.decision``).
+  else None: what the decision adapters accept (``adapters.decision``); ``probability_expr``, the
+  same rule over a frame's column (scoring holds the answers it reads from the cache to it), imports
+  Polars when called.
 * ``as_count``: a token count as a usage block may give it (a non-negative int, not a bool), else
   None: what every adapter reads usage with (``adapters.http``).
 """
@@ -16,7 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 def request_key(
@@ -35,6 +40,12 @@ def probability(value: Any) -> float | None:
         return None
     value = float(value)
     return value if math.isfinite(value) and 0.0 <= value <= 1.0 else None
+
+
+def probability_expr(value: pl.Expr) -> pl.Expr:
+    """``probability`` over the Float64 expression ``value``: True where it is null or a probability
+    (finite, in [0, 1]), False where it is not (NaN, an infinity, outside [0, 1])."""
+    return value.is_null() | (value.is_finite() & (value >= 0.0) & (value <= 1.0)).fill_null(False)
 
 
 def as_count(value: Any) -> int | None:
