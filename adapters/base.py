@@ -4,7 +4,6 @@ interface."""
 from __future__ import annotations
 
 import abc
-import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ import orjson
 
 from dxi.evals import PROMPT_VERSION, Task
 from dxi.shown import shown
+from dxi.stored import request_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,17 +40,16 @@ class Request:
     parameters and the body bytes; computed once, when the request is made."""
 
     def __post_init__(self) -> None:
-        head = "\0".join(
-            (
-                self.kind,
-                self.model,
-                self.endpoint,
-                str(self.sample),
-                self.prompt_version,
-                self.params,
-            )
-        ).encode()
-        object.__setattr__(self, "key", hashlib.sha256(head + b"\0" + self.body).hexdigest())
+        key = request_key(
+            self.kind,
+            self.model,
+            self.endpoint,
+            self.sample,
+            self.prompt_version,
+            self.params,
+            self.body,
+        )
+        object.__setattr__(self, "key", key)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dxi.evals import Question
+from dxi.stored import probability
 
 from .base import OK, Answer
 from .json_body import duplicates
@@ -68,13 +69,6 @@ def rounded_tolerance(n_options: int, k: int) -> float:
     return n_options * 0.5 * 10.0**-k
 
 
-def _probability(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) and 0.0 <= value <= 1.0 else None
-
-
 def choice_answer(question: Question, probabilities: Any, choice: Any = None) -> Answer:
     """Validate one choice answer and choose the scored option.
 
@@ -103,7 +97,7 @@ def choice_answer(question: Question, probabilities: Any, choice: Any = None) ->
         return Answer.invalid(qid, f"probabilities: unknown option(s) {', '.join(unknown[:5])}")
     probs: list[tuple[str, float]] = []
     for i in ids:
-        p = _probability(probabilities[i])
+        p = probability(probabilities[i])
         if p is None:
             return Answer.invalid(
                 qid, f"probabilities.{i}: {probabilities[i]!r} is not a number in [0, 1]"
@@ -154,7 +148,7 @@ def pick(probabilities: Sequence[tuple[str, float]], choice: Any = None) -> str:
 
 def yes_no_answer(question: Question, p_yes: Any) -> Answer:
     """Validate one yes/no answer given P(yes); yes when P(yes) >= 0.5."""
-    p = _probability(p_yes)
+    p = probability(p_yes)
     if p is None:
         return Answer.invalid(question.id, f"P(yes) {p_yes!r} is not a number in [0, 1]")
     yes = p >= 0.5

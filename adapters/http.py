@@ -24,6 +24,7 @@ import orjson
 import yarl
 
 from dxi.hosts import is_loopback
+from dxi.stored import as_count  # noqa: F401 (re-exported: the adapters read usage with it)
 
 from .base import Adapter, Limits, ModelSpec, Progress, Request, canonical_params
 from .credentials import KeyCommand
@@ -673,11 +674,6 @@ async def _stop_if_failed(token: Awaitable[str]) -> str:
         return await token
     except Fatal as exc:
         raise ProviderStop(str(exc), KEY) from None
-
-
-def as_count(value: Any) -> int | None:
-    """A token count from a usage block: a non-negative int, else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def not_counts(block: Any, keys: Iterable[str], where: str) -> list[str]:

@@ -24,7 +24,9 @@ layouts mix freely in one cache, in name order (a tie between two rows of a requ
 same way as before).
 
 Errors: a shard whose ``dxi.layout`` is not one this version knows raises ``UnknownLayout`` (a
-``ValueError``) naming the file: written by a newer version, it is never read as something else.
+``ValueError``) naming the file: written by a newer version, it is never read as something else. A
+Parquet file that is not a shard (no ``key`` or ``status`` column, or a column no layout has)
+raises ``NotAShard``; the cache skips it with a warning (``cache.store``).
 """
 
 from __future__ import annotations
@@ -66,7 +68,14 @@ LOGICAL_COLUMNS = (*SCHEMA.names, *FLAT_COLUMNS)
 
 
 class UnknownLayout(ValueError):
-    """A shard's ``dxi.layout`` is not one this version reads (a newer version wrote it)."""
+    """A shard's ``dxi.layout`` is not one this version reads (a newer version wrote it): refused,
+    never read as something else (``dxi`` exits with code 2 naming the file)."""
+
+
+class NotAShard(ValueError):
+    """A Parquet file in ``shards/`` that is not a cache shard: it lacks the ``key`` or ``status``
+    column, or has a column no layout has (an answers.parquet copied there): skipped with a warning
+    naming it (``cache.store``), never read as rows."""
 
 
 # ---- arrow: one representation from the other ----------------------------------------------------
@@ -203,20 +212,45 @@ def layout_of_metadata(metadata: dict[bytes, bytes] | None, where: object) -> in
     if layout not in LAYOUTS:
         raise UnknownLayout(
             f"{where}: shard layout {value.decode(errors='replace')!r} is not one this version "
-            f"of dxi reads ({', '.join(map(str, LAYOUTS))}): written by a newer version?"
+            f"of dxi reads ({', '.join(map(str, LAYOUTS))}): written by a newer version? Upgrade "
+            "dxi to read this cache, or move the file out of its shards/ folder (its requests are "
+            "then sent again)"
         )
     return layout
 
 
+SHARD_NEEDS = ("key", "status")  # what every shard of every layout has
+
+
+def shard_columns(names: Sequence[str], where: object) -> None:
+    """Raise NotAShard naming ``where`` unless the columns ``names`` are a shard's: ``SHARD_NEEDS``
+    among them, and none outside ``LOGICAL_COLUMNS`` (an older shard lacks the newer columns)."""
+    missing = [c for c in SHARD_NEEDS if c not in names]
+    foreign = [c for c in names if c not in LOGICAL_COLUMNS]
+    if missing or foreign:
+        why = (
+            f"no {' or '.join(missing)} column"
+            if missing
+            else f"column(s) {', '.join(foreign[:5])} that no shard has"
+        )
+        raise NotAShard(
+            f"{where} is not a cache shard ({why}: another program's Parquet file?); skipped: "
+            "move it out of the cache's shards/ folder"
+        )
+
+
 def layout_of(shard: Path) -> int:
     """The layout of the shard file ``shard`` (1 or 2), from its footer; remembered while the file
-    is unchanged (a shard rewritten in place by ``dxi cache compact`` is a new file: read again)."""
+    is unchanged (a shard rewritten in place by ``dxi cache compact`` is a new file: read again).
+    Raises UnknownLayout (a newer version's), NotAShard (not a cache shard: ``shard_columns``)."""
     st = os.stat(shard)
     stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
     known = _LAYOUTS.get(shard)
     if known is not None and known[0] == stamp:
         return known[1]
-    layout = layout_of_metadata(pq.read_schema(shard).metadata, shard)
+    found = pq.read_schema(shard)
+    layout = layout_of_metadata(found.metadata, shard)
+    shard_columns(found.names, shard)
     _LAYOUTS[shard] = (stamp, layout)
     return layout
 

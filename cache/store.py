@@ -15,8 +15,10 @@ shard is whole or absent) and deleted; ``close`` compacts the last one. A log le
 killed process is compacted by the next process that opens the cache; a truncated last line (the
 kill came mid-write) or a corrupt line is dropped with a warning, the damaged log is moved to
 ``quarantine/``, and only those requests are sent again; so is a line that is JSON but not a row
-(``cache.verify.valid_rows``). Shards are read only after their page checksums are verified
-(``cache.verify``): the index columns' pages when the key index is loaded (the first
+(``cache.verify.valid_rows``), and a damaged one (``cache.verify.line_problem``: every line is
+written sealed with its CRC-32, ``append``; a line without a seal must hold its request's content
+address as its key, and values an adapter gives). Shards are read only after their page checksums
+are verified (``cache.verify``): the index columns' pages when the key index is loaded (the first
 ``has``/``append``: a run's start-up), every page before the first scan; a shard that fails (or
 whose reader fails, a panic included) is moved to ``quarantine/`` and leaves the key index.
 
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import logging
 import os
 import time
@@ -84,11 +87,7 @@ T = TypeVar("T")
 
 log = logging.getLogger("dxi.cache")
 
-_write, _dumps, _LINE = (
-    os.write,
-    orjson.dumps,
-    orjson.OPT_APPEND_NEWLINE,
-)  # looked up once: append is hot
+_write, _dumps, _seal = os.write, orjson.dumps, verify.seal  # looked up once: append is hot
 ROLL_ROWS = 5_000  # rows per log before it is compacted into a shard (~10 MB of log)
 COMPACT_ROWS = 1_000_000  # rows per shard that ``compact_shards`` merges small shards into
 COMPACT_LOCK = "compact.lock"  # flocked by ``compact_shards`` while it runs
@@ -160,6 +159,7 @@ class Cache:
         self.root = Path(root)
         self.read_only = read_only
         self._set_aside: set[Path] = set()  # read-only: unreadable shards skipped, left in place
+        self._foreign: set[Path] = set()  # Parquet files in shards/ that are not shards: skipped
         self.fsync = fsync
         self.retry_invalid, self.retry_failed = retry_invalid, retry_failed
         self.roll_rows = max(1, roll_rows)
@@ -206,7 +206,28 @@ class Cache:
         log.warning(message)
 
     def _local(self) -> list[Path]:
-        return [p for p in sorted(self.root.glob("shards/*.parquet")) if p not in self._set_aside]
+        return [
+            p
+            for p in sorted(self.root.glob("shards/*.parquet"))
+            if p not in self._set_aside and self._is_shard(p)
+        ]
+
+    def _is_shard(self, path: Path) -> bool:
+        """False for a Parquet file in shards/ that is not a cache shard (``layout.NotAShard``: an
+        answers.parquet copied there), skipped with a warning naming it (once per open cache).
+        Anything else is left to the readers: a layout this version does not know is refused
+        when read (``layout.UnknownLayout``), a damaged footer set aside (``cache.verify``)."""
+        if path in self._foreign:
+            return False
+        try:
+            layout.layout_of(path)
+        except layout.NotAShard as exc:
+            self._foreign.add(path)
+            self._warn(f"cache: {exc}")
+            return False
+        except (layout.UnknownLayout, *verify.damaged()):
+            pass
+        return True
 
     def _shards(self) -> list[Path]:
         shards = self._local()
@@ -270,6 +291,10 @@ class Cache:
             )
         if end == 0:
             return schema.SCHEMA.empty_table(), damaged
+        data, end, numbers = self._checked_lines(path, data, end)
+        damaged = damaged or numbers is not None
+        if end == 0:
+            return schema.SCHEMA.empty_table(), damaged
         read_options, parse_options = _json_options(threads)
         try:  # the complete lines, without copying them
             table = pj.read_json(
@@ -288,7 +313,7 @@ class Cache:
             self._warn(
                 f"cache: {path} "
                 + (
-                    f"line(s) {', '.join(str(i + 1) for i in bad[:5])}"
+                    f"line(s) {', '.join(str(numbers[i] if numbers else i + 1) for i in bad[:5])}"
                     if lines
                     else f"{len(bad)} line(s)"
                 )
@@ -299,8 +324,8 @@ class Cache:
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             pass
         tables = []
-        for n, line in enumerate(
-            data[:end].split(b"\n")[:-1], 1
+        for n, line in zip(
+            numbers or itertools.count(1), data[:end].split(b"\n")[:-1], strict=False
         ):  # a damaged line: find it, keep the rest
             try:
                 one, bad = verify.valid_rows(
@@ -323,6 +348,32 @@ class Cache:
             else:
                 tables.append(one)
         return (pa.concat_tables(tables) if tables else schema.SCHEMA.empty_table()), damaged
+
+    def _checked_lines(
+        self, path: Path, data: bytes, end: int
+    ) -> tuple[bytes, int, list[int] | None]:
+        """The complete lines ``data[:end]`` of log ``path`` less the damaged ones
+        (``verify.line_problem``: a seal that does not match; in a line without one, a key that is
+        not its request's content address, or values no adapter gives), each dropped with a warning
+        naming it: ``(data, end, the 1-based numbers of the lines kept)``, the numbers None when
+        none was dropped (``data`` is then unchanged)."""
+        lines = data[:end].split(b"\n")[:-1]
+        problems = [verify.line_problem(line) for line in lines]
+        if not any(problems):
+            return data, end, None
+        for n, problem in enumerate(problems, 1):
+            if problem is not None:
+                self._warn(
+                    f"cache: {path} line {n} {problem}: damaged; skipped it, its request will be "
+                    "sent again."
+                )
+        kept = [
+            (n, line)
+            for n, (line, problem) in enumerate(zip(lines, problems, strict=True), 1)
+            if not problem
+        ]
+        data = b"".join(line + b"\n" for _, line in kept)
+        return data, len(data), [n for n, _ in kept]
 
     def _remove_abandoned(self) -> None:
         """Delete files a killed process was still creating: logs not yet renamed into place (always
@@ -725,8 +776,9 @@ class Cache:
             except FileNotFoundError:  # compacted away by another process meanwhile
                 continue
             except (
-                layout.UnknownLayout
-            ) as exc:  # a newer version's: left alone, never merged across
+                layout.UnknownLayout,
+                layout.NotAShard,
+            ) as exc:  # a newer version's, or not a shard: left alone, never merged across
                 self._warn(f"cache: {exc}; left as it is.")
                 groups.append([])
                 continue
@@ -855,11 +907,12 @@ class Cache:
             self._closing = False  # appending again after close
             self._open_log()
             fd = self._fd
-        # one write(2) on an O_APPEND file: the rows are in the kernel when it returns
+        # one write(2) on an O_APPEND file: the rows are in the kernel when it returns; each line
+        # sealed with its CRC-32 (``cache.verify.seal``)
         data = (
-            _dumps(rows[0], option=_LINE)
+            _seal(_dumps(rows[0]))
             if len(rows) == 1
-            else b"".join([_dumps(row, option=_LINE) for row in rows])
+            else b"".join([_seal(_dumps(row)) for row in rows])
         )
         try:
             written = _write(fd, data)

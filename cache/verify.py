@@ -24,6 +24,16 @@ and sets nothing aside. ``except damaged()`` catches the candidate types.
 ``valid_rows`` checks rows read from a write-ahead log against the schema: a line can be valid JSON
 and still not a row (``{}``, ``[1, 2, 3]``, a row without its key); those are dropped, never indexed
 or scored.
+
+``seal`` and ``line_problem``: every log line is written sealed, with a last field ``crc32``, the
+CRC-32 of the line's JSON object without it; a line whose seal does not match is damaged. A line
+without a seal (written by a version before seals, or by hand) is checked for what a seal would have
+guaranteed: its ``key`` must be the content address of its request (``dxi.stored.request_key`` of
+its own columns), its token counts counts (``dxi.stored.as_count``: what the adapters read usage
+with), and each ``ok`` answer must name its answer and give probabilities that are probabilities
+(``dxi.stored.probability``: what the decision adapters accept). A damaged line is dropped, never
+indexed or scored (``cache.store``: the log is set aside in quarantine/ and the line's request sent
+again).
 """
 
 from __future__ import annotations
@@ -34,7 +44,10 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import orjson
+
 from dxi.lazy import LazyModule
+from dxi.stored import as_count, probability, request_key
 
 from .schema import FAILED, FATAL, INVALID, OK, TRANSIENT
 
@@ -76,7 +89,17 @@ def is_damage(exc: BaseException) -> bool:
 
 STATUSES = (OK, INVALID, FAILED)
 ERROR_KINDS = (TRANSIENT, FATAL)
-__all__ = ["Verifier", "check", "damaged", "is_damage", "page_checksums", "scan", "valid_rows"]
+__all__ = [
+    "Verifier",
+    "check",
+    "damaged",
+    "is_damage",
+    "line_problem",
+    "page_checksums",
+    "scan",
+    "seal",
+    "valid_rows",
+]
 
 
 def scan(shards: Sequence[Path]) -> pl.LazyFrame:
@@ -289,3 +312,80 @@ def valid_rows(table: pa.Table) -> tuple[pa.Table, list[int]]:
         return table, []
     bad = pc.indices_nonzero(pc.invert(good)).to_pylist()
     return table.filter(good), bad
+
+
+SEAL = b',"crc32":'  # a log line's last field: the CRC-32 of the line's JSON object without it
+TOKEN_COLUMNS = (
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "cache_write_1h_tokens",
+)
+
+
+def seal(body: bytes) -> bytes:
+    """The log line of a row whose JSON object is ``body`` (no newline): the object with a last
+    field ``"crc32"``, the CRC-32 of ``body``, then a newline."""
+    return b"".join((body[:-1], b',"crc32":%d}\n' % zlib.crc32(body)))  # the fastest form measured
+
+
+def line_problem(line: bytes) -> str | None:
+    """Why the complete log line ``line`` (without its newline) is damaged, or None. A sealed line
+    (``seal``) is damaged when its CRC-32 does not match; a line without a seal when it is not JSON
+    (left to the parser if it is not an object: ``valid_rows``) or ``row_problem`` finds one."""
+    at = line.rfind(SEAL)
+    if at > 0 and line.endswith(b"}") and line[at + len(SEAL) : -1].isdigit():
+        if zlib.crc32(line[:at] + b"}") == int(line[at + len(SEAL) : -1]):
+            return None
+        return "does not match its checksum (crc32)"
+    try:
+        row = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return "is not JSON"
+    return row_problem(row) if isinstance(row, dict) else None
+
+
+def row_problem(row: dict) -> str | None:
+    """Why a row read without a seal is not one dxi wrote, or None: its key is not the content
+    address of its request (``dxi.stored.request_key`` of its provider, model, endpoint, sample,
+    prompt version, params and request body), a token count is not a count
+    (``dxi.stored.as_count``), or an ``ok`` answer names no answer or gives a probability that is
+    not one (``dxi.stored.probability``: NaN, outside [0, 1])."""
+    if not isinstance(row.get("key"), str):
+        return None  # not a row (``valid_rows`` drops it)
+    try:
+        key = request_key(
+            row["provider"],
+            row["model"],
+            row["endpoint"],
+            row["sample"],
+            row["prompt_version"],
+            row["params"],
+            row["request_body"].encode(),
+        )
+    except (KeyError, TypeError, AttributeError, UnicodeEncodeError):
+        key = None
+    if row["key"] != key:
+        return "has a key that is not the content address of its request"
+    for name in TOKEN_COLUMNS:
+        value = row.get(name)
+        if value is not None and as_count(value) is None:
+            return f"has {name} {value!r}, not a token count"
+    for answer in row.get("answers") or ():
+        if not isinstance(answer, dict):
+            return "has an answer that is not one"
+        if answer.get("status") != OK:
+            continue
+        qid = answer.get("question_id")
+        predicted = answer.get("predicted")
+        if not isinstance(predicted, str) or not predicted:
+            return f"has an ok answer to {qid!r} with no predicted answer"
+        values = [answer.get("p_predicted"), answer.get("p_yes")]
+        values += [
+            p.get("p") if isinstance(p, dict) else p for p in answer.get("probabilities") or ()
+        ]
+        bad = next((v for v in values if v is not None and probability(v) is None), None)
+        if bad is not None:
+            return f"has an ok answer to {qid!r} with probability {bad!r}, not in [0, 1]"
+    return None

@@ -11,12 +11,12 @@ for start-up time), under ``TYPE_CHECKING``, and a module named to ``dxi.lazy.La
 ``importlib.import_module`` as a literal. The one exception is the block
 ``if __name__ == "__main__":``, which runs only when the module is the program.
 
-The rules read bottom-up: the leaves (``dxi.lazy``, ``dxi.hosts``, ``dxi.served``, ``dxi.shown``)
-import only the standard library and third parties; ``evals`` and ``cache`` stand on them;
-``adapters`` (the wire formats) and ``scoring`` read tasks from ``evals`` and never each other, nor
-``runner`` (``scoring`` takes from ``cache`` the rule of which of a request's rows counts,
-``cache.index.newest``); ``report`` and ``view`` present scoring's tables (``view`` also reads the
-cache); ``runner`` (the scheduler, the command line, the distributed code) uses them all;
+The rules read bottom-up: the leaves (``dxi.lazy``, ``dxi.hosts``, ``dxi.served``, ``dxi.shown``,
+``dxi.stored``) import only the standard library and third parties; ``evals`` and ``cache`` stand on
+them; ``adapters`` (the wire formats) and ``scoring`` read tasks from ``evals`` and never each
+other, nor ``runner`` (``scoring`` takes from ``cache`` the rule of which of a request's rows
+counts, ``cache.index.newest``); ``report`` and ``view`` present scoring's tables (``view`` also
+reads the cache); ``runner`` (the scheduler, the command line, the distributed code) uses them all;
 ``dxi.__main__`` is the program's entry.
 
 Inside ``runner`` the stages import in the order data flows: ``runner.errors`` (the exit codes,
@@ -37,7 +37,7 @@ import ast
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-LEAVES = ("dxi.hosts", "dxi.lazy", "dxi.served", "dxi.shown")
+LEAVES = ("dxi.hosts", "dxi.lazy", "dxi.served", "dxi.shown", "dxi.stored")
 PACKAGES = (
     "dxi",
     "dxi.runner",
@@ -50,6 +50,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "dxi.lazy": (),
     "dxi.served": (),
     "dxi.shown": (),
+    "dxi.stored": (),
     "dxi.layers": (),
     "dxi.embedded_worker": (),
     "evals": LEAVES,

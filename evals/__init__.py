@@ -471,14 +471,18 @@ def gold_frames(tasks: Iterable[Task]) -> tuple[pl.DataFrame, pl.DataFrame]:
     ``gold``: one row per question: eval, task_id, task_digest, question_id, kind ("choice" |
     "yes_no"), gold (option id or "yes"/"no"), group (HLE category, Omniscience domain or
     WildGuardTest subcategory), adversarial (WildGuardTest), task_id_digest (``Task.id_digest``: the
-    digest older cache rows carry). ``categories``: When2Call's option-to-reply- category map, one
-    row per (task_id, option).
+    digest older cache rows carry), answer_ids (``Question.answer_ids``, joined by
+    ``ANSWER_IDS_SEP``: what scoring holds an answer read from the cache to). ``categories``:
+    When2Call's option-to-reply- category map, one row per (task_id, option).
     """
     gold: list[tuple] = []
     categories: list[tuple] = []
     for t in tasks:
         _gold_rows(t, gold, categories)
     return _frames(gold, categories)
+
+
+ANSWER_IDS_SEP = "\x1f"  # between a question's allowed answers in the gold frame's ``answer_ids``
 
 
 def _gold_rows(t: Task, gold: list[tuple], categories: list[tuple]) -> None:
@@ -497,6 +501,7 @@ def _gold_rows(t: Task, gold: list[tuple], categories: list[tuple]) -> None:
                 group,
                 t.meta.get("adversarial"),
                 id_digest,
+                ANSWER_IDS_SEP.join(q.answer_ids),
             )
         )
     for option, category in (t.meta.get("categories") or {}).items():
@@ -517,6 +522,7 @@ def _frames(gold: list[tuple], categories: list[tuple]) -> tuple[pl.DataFrame, p
         "group": pl.String,
         "adversarial": pl.Boolean,
         "task_id_digest": pl.String,
+        "answer_ids": pl.String,
     }
     category_schema = {"task_id": pl.String, "option": pl.String, "category": pl.String}
     return (

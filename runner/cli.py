@@ -31,7 +31,7 @@ from .commands import (
     make_console,
     misplaced,
 )
-from .errors import EXIT_SOFTWARE, EXIT_USAGE, CommandError
+from .errors import EXIT_SOFTWARE, EXIT_USAGE, CommandError, cache_refusals
 
 evals = LazyModule(
     "dxi.evals"
@@ -218,10 +218,9 @@ def _main(argv: list[str] | None) -> int:
     logging.basicConfig(level=logging.WARNING, handlers=[log_handler(errors)])
     try:
         return _module(args.command).main(args, console)
-    except (
-        CommandError,
-        evals.DatasetError,
-    ) as exc:  # bad input (2), a cache folder that cannot be written (4)
+    except (CommandError, evals.DatasetError, *cache_refusals()) as exc:
+        # bad input (2; a shard a newer version wrote too), a cache folder that cannot be
+        # written (4)
         errors.print(f"[red]{p.chosen(args).prog}: error:[/] {escape(str(exc))}")
         return getattr(exc, "exit_code", EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001 (a bug: one line, the trace in a file, never exit 1)

@@ -5,6 +5,8 @@ can name them without importing what planning a run needs (Polars, the scoring, 
 
 from __future__ import annotations
 
+import sys
+
 EXIT_FAILED_REQUESTS = 1  # done, but provisional: answers failed or are missing (left out)
 EXIT_USAGE = 2  # bad input (UsageError, a dataset error, argparse's own)
 EXIT_COST_BOUND = 3  # stopped at the cost bound
@@ -39,3 +41,12 @@ class CacheFolderError(CommandError):
     cache write that fails during a run."""
 
     exit_code = EXIT_CACHE_WRITE
+
+
+def cache_refusals() -> tuple[type[Exception], ...]:
+    """What the cache refuses to read, which the command line reports as bad input (exit code 2): a
+    shard of a layout this version does not know (``cache.layout.UnknownLayout``, naming the file
+    and what to do). Only a command that read the cache (so imported its layouts) can raise it:
+    nothing is imported here."""
+    layout = sys.modules.get("dxi.cache.layout")
+    return (layout.UnknownLayout,) if layout is not None else ()

@@ -38,7 +38,9 @@ import numpy as np
 import polars as pl
 
 from dxi.cache.index import newest, rank_expr
+from dxi.evals import ANSWER_IDS_SEP
 from dxi.served import served_by_other_expr
+from dxi.stored import probability_expr
 
 from .columns import explode, filtered_parts
 from .cost import CONSISTENT, COUNTED
@@ -439,6 +441,7 @@ def answers(
         keep[np.unique(np.where(valid, pos, -1), return_index=True)[1]] = True
         keep &= valid
         per_question, r, g, pos = per_question.filter(pl.Series(keep)), r[keep], g[keep], pos[keep]
+    per_question = _as_replied(per_question, gold, g)
     status = pl.select(
         pl.when(pl.Series(row_failed[r]))
         .then(pl.lit("failed"))
@@ -565,6 +568,73 @@ def answers(
         "rerun": placed["rerun"],
     }
     return pl.DataFrame([series.alias(name) for name, series in columns.items()])
+
+
+def _as_replied(per_question: pl.DataFrame, gold: pl.DataFrame, g: np.ndarray) -> pl.DataFrame:
+    """The answers read from the cache (``per_question``, gold rows ``g``), each ``ok`` one held to
+    what the adapters accept of a reply: its answer one of its question's allowed answers (gold's
+    ``answer_ids``: ``evals.Question.answer_ids``), its probabilities probabilities
+    (``dxi.stored.probability_expr``). One that is not is ``invalid`` (as the adapters make a reply
+    naming it), its error saying why, its probabilities dropped: a row stored so was damaged before
+    a log line's seal or a shard's checksums could tell (docs/cache.md). A gold frame without
+    ``answer_ids`` (made by hand) checks the probabilities only. Cost: a lookup per answer in a
+    table of (gold row, answer) and one pass over the probabilities' values."""
+    if not per_question.height:
+        return per_question
+    named = np.ones(len(g), bool)
+    if "answer_ids" in gold.columns:
+        allowed = gold["answer_ids"].str.split(ANSWER_IDS_SEP)
+        names = sorted(set(allowed.explode().drop_nulls().to_list()))
+        table = np.zeros((gold.height, len(names) + 1), bool)  # the last column: not an answer
+        table[
+            np.repeat(np.arange(gold.height), allowed.list.len().to_numpy()),
+            allowed.explode().cast(pl.Enum(names)).to_physical().to_numpy(),
+        ] = True
+        code = per_question["predicted"].cast(pl.Enum(names), strict=False).to_physical()
+        named = table[g, code.fill_null(len(names)).to_numpy()]
+    p = pl.element().struct.field("p")
+    values = per_question.select(
+        probability_expr(pl.col("p_predicted")) & probability_expr(pl.col("p_yes")),
+        pl.col("probabilities").explode().struct.field("p").pipe(probability_expr).all(),
+    )
+    fits = values.to_series(0).to_numpy()
+    if not values.item(0, 1):  # rare: find the answers holding a value that is not a probability
+        fits &= (
+            per_question.select(
+                pl.col("probabilities").list.eval(probability_expr(p)).list.all().fill_null(True)
+            )
+            .to_series()
+            .to_numpy()
+        )
+    bad = (per_question["status"] == "ok").fill_null(False).to_numpy() & ~(named & fits)
+    if not bad.any():
+        return per_question
+    at = pl.Series(bad)
+    names_of = (
+        gold["answer_ids"].gather(g).str.replace_all(ANSWER_IDS_SEP, ", ", literal=True)
+        if "answer_ids" in gold.columns
+        else pl.lit("")
+    )
+    why = pl.select(
+        pl.when(pl.Series(named))
+        .then(pl.lit("read from the cache with a probability not in [0, 1]: damaged"))
+        .otherwise(
+            pl.format(
+                "read from the cache as {}, which is not one of the allowed answers ({}): damaged",
+                per_question["predicted"].fill_null("no answer"),
+                names_of,
+            )
+        )
+    ).to_series()
+    return per_question.with_columns(
+        status=pl.when(at).then(pl.lit("invalid")).otherwise(pl.col("status")),
+        error=pl.when(at).then(why).otherwise(pl.col("error")),
+        p_predicted=pl.when(~at).then(pl.col("p_predicted")),
+        p_yes=pl.when(~at).then(pl.col("p_yes")),  # none, as an invalid answer's
+        probabilities=pl.when(~at)
+        .then(pl.col("probabilities"))
+        .otherwise(pl.col("probabilities").list.head(0)),
+    )
 
 
 def _answer_errors(

@@ -19,6 +19,7 @@ import pytest
 
 from dxi.adapters import Request
 from dxi.cache import SCHEMA, Cache, layout
+from dxi.cache.verify import seal
 
 from .helpers import events
 from .helpers.rows import read_only_files, row
@@ -260,7 +261,7 @@ def test_rows_appended_together_are_one_write_of_their_lines_and_each_counts_as_
     monkeypatch.setattr(store, "_write", write)
     with Cache(tmp_path / "many", roll_rows=6) as cache:
         cache.append_many(rows)
-        assert writes == [b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows)]
+        assert writes == [b"".join(seal(orjson.dumps(r)) for r in rows)]
         assert [cache.has(k) for k in "abcde"] == [True, True, True, False, False]
         cache.append_many(
             [row(f"k{i}") for i in range(3)]
@@ -272,7 +273,7 @@ def test_rows_appended_together_are_one_write_of_their_lines_and_each_counts_as_
     with Cache(tmp_path / "one") as cache:
         for r in rows:
             cache.append(r)
-    assert writes[2:] == [orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows]
+    assert writes[2:] == [seal(orjson.dumps(r)) for r in rows]
 
 
 def test_key_index_merges_batches_and_the_newest_row_wins(monkeypatch: pytest.MonkeyPatch):
@@ -294,12 +295,12 @@ def test_key_index_merges_batches_and_the_newest_row_wins(monkeypatch: pytest.Mo
 
 def test_a_corrupt_log_line_is_skipped_and_the_log_set_aside(tmp_path: Path):
     (tmp_path / "wal").mkdir()
-    lines = [orjson.dumps(row(k)) for k in ("a", "b", "c")]
+    lines = [seal(orjson.dumps(row(k)))[:-1] for k in ("a", "b", "c")]
     lines[1] = lines[1][:40] + b"\x00garbage" + lines[1][40:]
     (tmp_path / "wal" / "1-1-dead.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     cache = Cache(tmp_path)
     assert [cache.has(k) for k in "abc"] == [True, False, True]
-    assert any("line 2 is corrupt" in w for w in cache.warnings)
+    assert any("line 2 does not match its checksum (crc32): damaged" in w for w in cache.warnings)
     assert (
         list(tmp_path.glob("wal/*")) == []
         and len(list(tmp_path.glob("quarantine/1-1-dead.jsonl.*"))) == 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -300,3 +301,78 @@ def test_a_cache_read_under_a_file_is_bad_input(scored: Path, args: list[str], t
     done = dxi(*args, "--cache-dir", cache, cwd=scored)
     assert done.returncode == EXIT_USAGE and "Traceback" not in done.stderr, done.stderr
     assert str(cache) in done.stderr
+
+
+# ---- the cache folder is the cache's own (trial 9) -----------------------------------------------
+@pytest.mark.parametrize(
+    ("command", "out"),
+    [("run", "cache/shards"), ("run", "cache"), ("score", "cache/shards"), ("report", "cache/x")],
+)
+def test_an_out_inside_the_cache_folder_is_refused(
+    scored: Path, command: str, out: str, tmp_path: Path
+):
+    """``dxi run --cache-dir C --out C/shards`` wrote answers.parquet into shards/, which every
+    command then read as a shard and stopped on (exit 70)."""
+    shutil.copytree(scored / "cache", tmp_path / "cache")
+    data = ["--data-dir", scored / "data", "--evals", "when2call"]
+    model = ["--model", "embedded"] if command == "run" else []
+    done = dxi(command, *model, *data, "--cache-dir", "cache", "--out", out, cwd=tmp_path)
+    one_error_line(
+        done,
+        EXIT_USAGE,
+        f"--out {out}: inside the cache folder cache, which holds only the cache's own files; "
+        "nothing was done: give a folder outside it",
+    )
+    assert sorted(p.name for p in (tmp_path / "cache" / "shards").iterdir()) == sorted(
+        p.name for p in (scored / "cache" / "shards").iterdir()
+    )
+
+
+def test_export_into_the_cache_folder_is_refused(scored: Path, tmp_path: Path):
+    shutil.copytree(scored / "cache", tmp_path / "cache")
+    data = ["--data-dir", scored / "data", "--evals", "when2call"]
+    done = dxi(
+        "export", "--format", "parquet", "cache/shards/a.parquet", *data, "--cache-dir", "cache",
+        cwd=tmp_path,
+    )  # fmt: skip
+    one_error_line(done, EXIT_USAGE, "TARGET cache/shards/a.parquet: inside the cache folder cache")
+    assert not (tmp_path / "cache" / "shards" / "a.parquet").exists()
+
+
+def test_a_parquet_file_in_shards_that_is_no_shard_is_named_and_skipped(
+    scored: Path, tmp_path: Path
+):
+    shutil.copytree(scored / "cache", tmp_path / "cache")
+    shutil.copy(scored / "out" / "answers.parquet", tmp_path / "cache" / "shards")
+    data = ["--data-dir", scored / "data", "--evals", "when2call"]
+    done = dxi("score", *data, "--cache-dir", "cache", "--out", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "cache: cache/shards/answers.parquet is not a cache shard (no key column: another program's Parquet file?); "
+        "skipped: move it out of the cache's shards/ folder"
+    ) in done.stderr
+    assert (tmp_path / "out" / "answers.parquet").read_bytes() == (
+        scored / "out" / "answers.parquet"
+    ).read_bytes()
+
+
+def test_a_shard_of_a_layout_this_version_does_not_know_is_refused_by_name(
+    scored: Path, tmp_path: Path
+):
+    import pyarrow.parquet as pq
+
+    shutil.copytree(scored / "cache", tmp_path / "cache")
+    (shard,) = (tmp_path / "cache" / "shards").glob("*.parquet")
+    table = pq.read_table(shard)
+    future = tmp_path / "cache" / "shards" / "zz-future.parquet"
+    pq.write_table(table.replace_schema_metadata({b"dxi.layout": b"99"}), future)
+    data = ["--data-dir", scored / "data", "--evals", "when2call"]
+    for command in (["score"], ["run", "--model", "embedded"]):
+        done = dxi(*command, *data, "--cache-dir", "cache", "--out", "out", cwd=tmp_path)
+        one_error_line(
+            done,
+            EXIT_USAGE,
+            "cache/shards/zz-future.parquet: shard layout '99' is not one this version of dxi reads (1, 2): written "
+            "by a newer version? Upgrade dxi to read this cache, or move the file out of its "
+            "shards/ folder (its requests are then sent again)",
+        )

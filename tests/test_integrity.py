@@ -43,7 +43,7 @@ from dxi.scoring.sums import METRICS
 from .conftest import FIXTURES, REAL_DATA
 from .fakes.fake_provider import FakeProvider, InProcess
 from .helpers.damage import column_chunks, damage
-from .helpers.rows import read_only_files, row
+from .helpers.rows import read_only_files, row, sealed
 
 
 class Counting(InProcess):
@@ -429,13 +429,13 @@ def test_a_logged_line_that_is_json_but_not_a_row_is_dropped_and_the_log_kept(tm
     (tmp_path / "wal").mkdir()
     good = [row(k) for k in ("a" * 64, "b" * 64, "c" * 64)]
     lines = [
-        orjson.dumps(good[0]),
+        sealed(good[0]),
         b"{}",
-        orjson.dumps(good[1]),
-        orjson.dumps({**good[2], "key": None}),
-        orjson.dumps({**good[2], "key": "d" * 64, "status": "bogus"}),
-        orjson.dumps({**good[2], "key": " "}),
-        orjson.dumps(good[2]),
+        sealed(good[1]),
+        sealed({**good[2], "key": None}),
+        sealed({**good[2], "key": "d" * 64, "status": "bogus"}),
+        sealed({**good[2], "key": " "}),
+        sealed(good[2]),
     ]
     (tmp_path / "wal" / "1-1-dead.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     cache = Cache(tmp_path)
@@ -445,11 +445,7 @@ def test_a_logged_line_that_is_json_but_not_a_row_is_dropped_and_the_log_kept(tm
     assert cache.scan().collect()["key"].to_list() == ["a" * 64, "b" * 64, "c" * 64]
     assert cache._keys()._keys.dtype == np.uint64 and len(cache) == 3
     (tmp_path / "wal" / "2-2-dead.jsonl").write_bytes(
-        b"[1, 2, 3]\n"
-        + orjson.dumps({**row("f" * 64), "key": 5})
-        + b"\n"
-        + orjson.dumps(row("e" * 64))
-        + b"\n"
+        b"[1, 2, 3]\n" + sealed({**row("f" * 64), "key": 5}) + b"\n" + sealed(row("e" * 64)) + b"\n"
     )
     again = Cache(tmp_path)
     for n in (1, 2):

@@ -108,10 +108,10 @@ def test_a_planted_sideways_import_fails(tmp_path: Path):
     plant(tmp_path, "dxi/extra.py", "import dxi.lazy\n")
     found = layers.violations(layers.graph(tmp_path))
     allowed = {
-        "adapters": "evals, dxi.embedded_worker, dxi.hosts, dxi.lazy, dxi.served, dxi.shown",
-        "scoring": "cache, evals, dxi.hosts, dxi.lazy, dxi.served, dxi.shown",
-        "view": "scoring, cache, evals, dxi.hosts, dxi.lazy, dxi.served, dxi.shown",
-        "cache": "dxi.hosts, dxi.lazy, dxi.served, dxi.shown",
+        "adapters": "evals, dxi.embedded_worker, dxi.hosts, dxi.lazy, dxi.served, dxi.shown, dxi.stored",
+        "scoring": "cache, evals, dxi.hosts, dxi.lazy, dxi.served, dxi.shown, dxi.stored",
+        "view": "scoring, cache, evals, dxi.hosts, dxi.lazy, dxi.served, dxi.shown, dxi.stored",
+        "cache": "dxi.hosts, dxi.lazy, dxi.served, dxi.shown, dxi.stored",
     }
     assert found == [
         f"dxi.adapters.lazy:3 imports dxi.cache.store: adapters may import only {allowed['adapters']}",

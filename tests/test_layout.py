@@ -188,6 +188,35 @@ def test_the_layout_is_recorded_in_the_shard_and_an_unknown_one_is_refused_by_na
         layout.layout_of(tmp_path / "future.parquet")
 
 
+def test_a_parquet_file_in_shards_that_is_no_shard_is_skipped_by_name_and_never_compacted(
+    tmp_path: Path, caplog
+):
+    """A file another program wrote (an answers.parquet copied into shards/: no ``key`` column; a
+    table with a column no shard has) stopped every command with exit code 70 (trial 9)."""
+    root = old_cache(tmp_path / "cache")
+    before = scored(root)
+    stray = root / "shards" / "answers.parquet"
+    pq.write_table(pa.table({"question_id": ["q"], "predicted": ["A"]}), stray)
+    extra = root / "shards" / "zz-extra.parquet"
+    rows = pq.read_table(root / "shards" / "nested.parquet")
+    pq.write_table(rows.append_column("question_id", pa.array(["q"] * rows.num_rows)), extra)
+    cache = Cache(root)
+    assert len(cache) == 32
+    assert cache.warnings == [
+        f"cache: {stray} is not a cache shard (no key or status column: another program's Parquet file?); "
+        "skipped: move it out of the cache's shards/ folder",
+        f"cache: {extra} is not a cache shard (column(s) question_id that no shard has: another "
+        "program's Parquet file?); skipped: move it out of the cache's shards/ folder",
+    ]
+    assert_same(before, scored(root))
+    caplog.clear()
+    assert main(["cache", "compact", "--cache-dir", str(root)]) == 0
+    assert stray.exists() and extra.exists()
+    left = [r.getMessage() for r in caplog.records if r.getMessage().endswith("; left as it is.")]
+    assert len(left) == 2 and all("is not a cache shard" in m for m in left)
+    assert_same(before, scored(root))
+
+
 def test_cache_compact_rewrites_old_shards_in_place_idempotently_beside_a_running_writer(
     tmp_path: Path, capsys
 ):

@@ -237,6 +237,7 @@ def _collect(args: argparse.Namespace, console: Console, say) -> int:
         console.print(f"{plan.cache_dir} holds no batches: nothing to collect")
         return 0
     paths.cache_folder(plan.cache_dir, where)  # results go there
+    paths.outside_cache(plan.out, plan.cache_dir, options.named(args, "out", "--out"))
     paths.output_folder(plan.out, options.named(args, "out", "--out"))  # and its line
     recorded = history.prices(plan.out, plan.cache_dir)  # lines about this cache
     for label, (price, when) in recorded.items():  # as the run priced it

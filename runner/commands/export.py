@@ -78,6 +78,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     else:
         paths.output_file(args.target, "TARGET", create=False)
     selection = select(args)
+    paths.outside_cache(args.target, selection.cache_dir, "TARGET")
     try:
         done = export(selection, args.format, args.target, include_missing=args.include_missing)
     except ExportError as exc:

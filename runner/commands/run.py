@@ -139,6 +139,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     paths.cache_folder(
         plan.cache_dir, options.named(args, "cache_dir", "--cache-dir")
     )  # before the first request
+    paths.outside_cache(plan.out, plan.cache_dir, options.named(args, "out", "--out"))
     paths.output_folder(plan.out, options.named(args, "out", "--out"))
     options.repair(plan.out)  # a commit a kill cut short: settled before the run
     staging.writing(plan.out)  # a stop from here on says what OUT holds (left as it was, ...)

@@ -25,6 +25,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..rescore import rescore, select
 
     selection = select(args)
+    paths.outside_cache(selection.out, selection.cache_dir, options.named(args, "out", "--out"))
     paths.output_folder(selection.out, options.named(args, "out", "--out"))  # before scoring
     options.repair(selection.out)  # a commit a kill cut short: settled before it is read
     done = rescore(selection)

@@ -13,7 +13,8 @@ folder behind.) The errors name the flag and the path and say why:
   --dir``): ``UsageError``, exit code 2;
 * the cache (``cache_folder``): a path that cannot be a folder (a file in the way) is bad input,
   exit 2; a folder that cannot be written (permissions, a read-only or full file system) is
-  ``CacheFolderError``, exit code 4, as a cache write that fails during a run.
+  ``CacheFolderError``, exit code 4, as a cache write that fails during a run;
+* an output inside the cache folder (``outside_cache``): ``UsageError``, exit code 2.
 """
 
 from __future__ import annotations
@@ -78,6 +79,19 @@ def output_folder(path: Path, flag: str, create: bool = True) -> None:
         raise UsageError(
             f"{flag} {path}: cannot write there ({why}); nothing was done: give another folder"
         ) from None
+
+
+def outside_cache(path: Path, cache_dir: Path, flag: str) -> None:
+    """UsageError (exit code 2) naming ``flag`` when the output ``path`` is the cache folder
+    ``cache_dir`` or inside it: the cache owns its folder (an answers.parquet written into its
+    ``shards/`` was read as a shard, and stopped every command), and a command's outputs never mix
+    with it."""
+    out, cache = path.resolve(), cache_dir.resolve()
+    if out == cache or cache in out.parents:
+        raise UsageError(
+            f"{flag} {path}: inside the cache folder {cache_dir}, which holds only the cache's own "
+            "files; nothing was done: give a folder outside it"
+        )
 
 
 def output_file(path: Path, flag: str, create: bool = True) -> None:

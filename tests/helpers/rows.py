@@ -1,10 +1,11 @@
-"""Cache rows written by hand (``row``) and a read-only file system for the cache
-(``read_only_files``)."""
+"""Cache rows written by hand (``row``), a row's log line as the cache writes it (``sealed``) and a
+read-only file system for the cache (``read_only_files``)."""
 
 from __future__ import annotations
 
 import os
 
+import orjson
 import pytest
 
 
@@ -52,6 +53,14 @@ def row(
         else None,
     }
     return base | extra
+
+
+def sealed(record: object) -> bytes:
+    """``record``'s log line as the cache writes it (``cache.verify.seal``: its CRC-32 last),
+    without the newline: a hand-made key is accepted in a sealed line."""
+    from dxi.cache import verify
+
+    return verify.seal(orjson.dumps(record))[:-1]
 
 
 def read_only_files(monkeypatch: pytest.MonkeyPatch) -> None:
