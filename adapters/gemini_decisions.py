@@ -57,7 +57,7 @@ def _usage(doc: dict) -> dict:
         "input_tokens": tokens_in,
         "output_tokens": billed_output(usage, "total_output_tokens", "total_thought_tokens"),
         "cached_input_tokens": (cached or 0) if tokens_in is not None else None,
-        "usage_problem": "; ".join(not_counts(usage, COUNTS, "usage")) or None,
+        "usage_problem": "; ".join(not_counts(usage, COUNTS, "usage", COUNTS[2:])) or None,
     }
 
 
@@ -67,7 +67,8 @@ COUNTS = (
     "total_thought_tokens",
     "total_cached_tokens",
 )
-"""The counts of a CreateDecisionResponse's ``usage`` that price it."""
+"""The counts of a CreateDecisionResponse's ``usage`` that price it (the last two are parts of the
+others: ``null`` there states nothing, ``adapters.http.not_counts``)."""
 
 
 def decode_decision(task: Task, body: bytes) -> Reply:

@@ -110,6 +110,9 @@ def cache_writes_of(doc: dict, details: str = PROMPT_DETAILS) -> int | None:
     return as_count(_input_details(doc, details).get("cache_write_tokens"))
 
 
+_INPUT_PARTS = ("cached_tokens", "cache_write_tokens")
+
+
 def usage_problem_of(
     doc: dict,
     counts: tuple[str, str] = ("prompt_tokens", "completion_tokens"),
@@ -118,17 +121,18 @@ def usage_problem_of(
     """``Reply.usage_problem`` of a Chat Completions reply (``counts``, ``details``: the Decisions
     format's names, ``input_tokens`` / ``output_tokens`` and ``input_tokens_details``): the counts
     of its ``usage`` that are stated but are not counts of tokens (``adapters.http.not_counts``),
-    joined; None when there are none."""
+    joined; None when there are none. A sub-count that is ``null`` (``cached_tokens``,
+    ``cache_write_tokens``, ``reasoning_tokens``: ``Optional[int]`` in the openai SDK, and LiteLLM
+    writes ``"cached_tokens": null``) states nothing, as one left out."""
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
     found = [
         *not_counts(usage, counts, "usage"),
-        *not_counts(
-            usage.get(details), ("cached_tokens", "cache_write_tokens"), f"usage.{details}"
-        ),
+        *not_counts(usage.get(details), _INPUT_PARTS, f"usage.{details}", _INPUT_PARTS),
         *not_counts(
             usage.get("completion_tokens_details"),
             ("reasoning_tokens",),
             "usage.completion_tokens_details",
+            ("reasoning_tokens",),
         ),
     ]
     return "; ".join(found) or None

@@ -215,6 +215,89 @@ async def test_a_gemini_count_left_out_is_0_as_the_api_leaves_out_a_count_of_0(
     assert rows.select("input_tokens", "output_tokens").rows() == [(100, 0)] * 2
 
 
+@pytest.mark.parametrize(
+    ("kind", "usage"),
+    [
+        (
+            "openai",
+            {
+                "prompt_tokens": 100,
+                "completion_tokens": 10,
+                "total_tokens": 110,
+                "prompt_tokens_details": {"cached_tokens": None, "audio_tokens": None},
+                "completion_tokens_details": {"reasoning_tokens": None},
+            },
+        ),
+        ("openai", {"prompt_tokens": 100.0, "completion_tokens": 10.0, "total_tokens": 110.0}),
+        (
+            "anthropic",
+            {
+                "input_tokens": 100,
+                "output_tokens": 10,
+                "cache_read_input_tokens": None,
+                "cache_creation_input_tokens": None,
+                "cache_creation": None,
+            },
+        ),
+        (
+            "gemini",
+            {
+                "promptTokenCount": 100,
+                "candidatesTokenCount": 10,
+                "thoughtsTokenCount": None,
+                "cachedContentTokenCount": None,
+            },
+        ),
+    ],
+    ids=["openai-null-details", "openai-integral-floats", "anthropic-null-cache", "gemini-null"],
+)
+async def test_a_null_sub_count_or_an_integral_float_is_a_usage_believed(
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    kind: str,
+    usage: dict,
+):
+    """A sub-count that is ``null`` (cached, cache writes, reasoning, thoughts: ``Optional[int]``
+    in the openai, anthropic and google-genai SDKs; LiteLLM writes ``"cached_tokens": null``)
+    states nothing, as one left out, and ``100.0`` is the count 100: 100 input and 10 output
+    tokens at $1 / $100 per million are 100 · 1 / 1e6 + 10 · 100 / 1e6 = $0.0011 a reply, $0.0022
+    for two, a known cost, the counts kept, no warning. The old code threw the whole usage away
+    (charged each request its reservation, tokens never stored)."""
+    with caplog.at_level(logging.WARNING, "dxi.cost"):
+        code, requests, bound, rows, _ = await run(
+            kind, usage, "1/100", data_dir, tmp_path, monkeypatch
+        )
+    assert code == 0 and warnings(caplog) == []
+    assert (bound["spent_usd"], requests["cost_usd"]) == (0.0022, 0.0022)
+    assert "cost_at_reservation_usd" not in requests
+    assert rows.select("input_tokens", "output_tokens").rows() == [(100, 10)] * 2
+
+
+def test_a_main_count_null_or_a_fraction_is_still_named():
+    """Only a sub-count's ``null`` states nothing: a main count ``null`` or a fraction (100.5) is
+    named, a sub-count that is a string or below 0 too; ``as_count`` reads 100.0 as 100."""
+    from dxi.adapters.anthropic import usage_of
+    from dxi.adapters.http import as_count
+    from dxi.adapters.openai import usage_problem_of
+
+    doc = {"usage": {"prompt_tokens": None, "completion_tokens": 10.5}}
+    assert usage_problem_of(doc) == "usage.prompt_tokens null; usage.completion_tokens 10.5"
+    doc = {"usage": {"prompt_tokens": 1, "completion_tokens": 1}}
+    doc["usage"]["prompt_tokens_details"] = {"cached_tokens": "5"}
+    assert usage_problem_of(doc) == 'usage.prompt_tokens_details.cached_tokens "5"'
+    assert usage_of({"usage": {"input_tokens": 10, "output_tokens": None}})["usage_problem"] == (
+        "usage.output_tokens null"
+    )
+    assert (as_count(100.0), as_count(100.5), as_count(True), as_count(-1.0)) == (
+        100,
+        None,
+        None,
+        None,
+    )
+
+
 def test_a_count_that_is_infinity_or_a_fraction_is_named_not_read_as_absent():
     """``Infinity`` (which the reply parser reads as a float) and 0.5 are no counts: the decoded
     reply names them (``Reply.usage_problem``) and ``incredible`` does not believe it; a count left
