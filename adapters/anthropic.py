@@ -71,7 +71,7 @@ from dxi.evals import Task
 
 from . import budgets, llm
 from .base import Limits, ModelSpec, Reply, Request
-from .errors import MalformedReply, Transient
+from .errors import ErrorIn200, MalformedReply
 from .http import HTTPAdapter, as_count, load_reply, not_counts
 from .provider_errors import body_error
 from .streaming import MessagesAssembler, anthropic_sdk_refuses
@@ -149,7 +149,8 @@ def decode_messages(
     (``Adapter.decode_parsed``), else None."""
     doc = load_reply(body) if doc is None else doc
     if (error := body_error(doc)) is not None:
-        raise Transient(f"an error inside a 200 reply: {error}", 200)
+        usage = Reply((), **usage_of(doc)) if isinstance(doc.get("usage"), dict) else None
+        raise ErrorIn200(error, usage)  # billed: the usage it states (runner.sending.cost)
     if not isinstance(doc, dict) or not isinstance(doc.get("content"), list):
         raise MalformedReply("reply has no 'content' list", body[:2000].decode("utf-8", "replace"))
     meta = usage_of(doc)

@@ -42,7 +42,7 @@ from dxi.evals import Task
 
 from . import llm, provider_errors
 from .base import Reply, Request
-from .errors import MalformedReply, Transient
+from .errors import ErrorIn200, MalformedReply
 from .http import HTTPAdapter, as_count, load_reply, not_counts
 from .provider_errors import body_error
 from .streaming import LONG_REPLY_TOKENS, GenerateAssembler, gemini_stream_path
@@ -90,12 +90,21 @@ def _usage(doc: dict) -> tuple[int | None, int | None, int | None, str | None]:
     )
 
 
+def _stated(doc: dict) -> Reply | None:
+    """The usage a generateContent reply states, as a ``Reply`` without answers (None: it has no
+    ``usageMetadata``): what an error inside a 200 is charged (``ErrorIn200``)."""
+    if not isinstance(doc.get("usageMetadata"), dict):
+        return None
+    tokens_in, tokens_out, cached, problem = _usage(doc)
+    return Reply((), tokens_in, tokens_out, cached_input_tokens=cached, usage_problem=problem)
+
+
 def decode_generate(task: Task, body: bytes, doc: Any = None) -> Reply:
     """Parse a generateContent reply (see the module docstring); ``doc``: ``body`` parsed already
     (``Adapter.decode_parsed``), else None."""
     doc = load_reply(body) if doc is None else doc
     if (error := body_error(doc)) is not None:
-        raise Transient(f"an error inside a 200 reply: {error}", 200)
+        raise ErrorIn200(error, _stated(doc))  # billed: the usage it states (runner.sending.cost)
     if not isinstance(doc, dict):
         raise MalformedReply("reply is not a JSON object", body[:2000].decode("utf-8", "replace"))
     tokens_in, tokens_out, cached, problem = _usage(doc)

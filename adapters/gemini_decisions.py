@@ -39,7 +39,7 @@ from typing import Any
 from dxi.evals import Task
 
 from .base import Reply, Request
-from .errors import MalformedReply, Transient
+from .errors import ErrorIn200, MalformedReply
 from .gemini import API_KEY_ENVS, billed_output, retry_delay
 from .http import HTTPAdapter, as_count, load_reply, not_counts
 from .llm import invalid_reply
@@ -76,7 +76,8 @@ def decode_decision(task: Task, body: bytes) -> Reply:
     docstring)."""
     doc: Any = load_reply(body, answers="answers")
     if (error := body_error(doc)) is not None:
-        raise Transient(f"an error inside a 200 reply: {error}", 200)
+        usage = Reply((), **_usage(doc)) if isinstance(doc.get("usage"), dict) else None
+        raise ErrorIn200(error, usage)  # billed: the usage it states (runner.sending.cost)
     if not isinstance(doc, dict):
         raise MalformedReply("reply is not a JSON object", body[:2000].decode("utf-8", "replace"))
     usage = _usage(doc)

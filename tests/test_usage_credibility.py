@@ -33,20 +33,23 @@ async def run(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     stream: str = "never",
+    behaviour: str = "usageof",
+    more: tuple[str, ...] = (),
 ) -> tuple[int, dict, dict, pl.DataFrame, list[int]]:
     """Two When2Call requests of ``kind`` (capped at 100 output tokens, under --max-cost 1) to a
-    server whose replies state ``usage``: (exit code, the model's ``requests`` block, the run's
+    server whose replies state ``usage`` (``behaviour``: the FakeLLM mode given it; ``more``: more
+    arguments): (exit code, the model's ``requests`` block, the run's
     ``cost_bound`` block, the cache rows, the request bodies' sizes)."""
     from dxi.runner.cli import main
 
     monkeypatch.setenv(KEYS[kind], "sk-test-key")
     cache, out = tmp_path / "cache", tmp_path / "out"
-    async with FakeLLM(default=f"usageof:{orjson.dumps(usage).decode()}") as server:
+    async with FakeLLM(default=f"{behaviour}:{orjson.dumps(usage).decode()}") as server:
         argv = ["run", "--model", MODELS[kind].format(server.url), "--evals", "when2call"]
         argv += ["--limit", "2", "--max-cost", "1", "--price", f"{LABELS[kind]}={price}"]
         argv += ["--param", f"{CAPS[kind]}=100"]
         argv += ["--stream", stream, "--data-dir", str(data_dir)]
-        argv += ["--cache-dir", str(cache), "--out", str(out), "-q"]
+        argv += ["--cache-dir", str(cache), "--out", str(out), "-q", *more]
         code = await asyncio.to_thread(main, argv)
         sizes = [len(orjson.dumps(body)) for _, body in server.requests]
     summary = orjson.loads((out / "summary.json").read_bytes())
@@ -275,6 +278,41 @@ async def test_a_null_sub_count_or_an_integral_float_is_a_usage_believed(
     assert rows.select("input_tokens", "output_tokens").rows() == [(100, 10)] * 2
 
 
+@pytest.mark.parametrize(
+    ("usage", "known"),
+    [({"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}, True), (None, False)],
+    ids=["usage-stated", "no-usage"],
+)
+async def test_an_error_inside_a_200_is_charged_the_usage_it_states_else_its_reservation(
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    usage: dict | None,
+    known: bool,
+):
+    """OpenRouter's error mid-generation (``finish_reason: "error"`` with an ``error`` object, in a
+    200) was generated and is billed. Two requests, 3 attempts each (all errors): with a usage of
+    100 input and 10 output tokens at $1 / $100 per million each attempt is charged
+    100 · 1 / 1e6 + 10 · 100 / 1e6 = $0.0011, 6 · 0.0011 = $0.0066, a known cost; without usage,
+    each attempt its reservation (its body's bytes at $1 per million + 100 output tokens at $100
+    per million = $0.01 + bytes / 1e6), at most. The old code charged $0 for both (an HTTP error
+    status), and retried it free to the end of its attempts."""
+    code, requests, bound, rows, sizes = await run(
+        "openai",
+        usage,
+        "1/100",
+        data_dir,
+        tmp_path,
+        monkeypatch,
+        behaviour="error200of",
+        more=("--max-attempts", "3", "--backoff", "0"),
+    )
+    assert (code, len(sizes), rows["status"].to_list()) == (1, 6, ["failed"] * 2)
+    expected = 0.0066 if known else round(sum(sizes) / 1e6 + 6 * 0.01, 6)
+    assert (bound["spent_usd"], requests["cost_usd"]) == (pytest.approx(expected),) * 2
+    assert requests.get("cost_at_reservation_usd") == (None if known else pytest.approx(expected))
+
+
 def test_a_main_count_null_or_a_fraction_is_still_named():
     """Only a sub-count's ``null`` states nothing: a main count ``null`` or a fraction (100.5) is
     named, a sub-count that is a string or below 0 too; ``as_count`` reads 100.0 as 100."""
@@ -387,3 +425,43 @@ async def test_a_reply_of_another_model_is_charged_its_reservation_not_its_absur
             await adapter.close()
     assert rows.height == 0  # another model's reply: never stored
     assert 0 < budget.spent == budget.spent_at_reservation < 0.01
+
+
+def test_every_format_gives_an_error_inside_a_200_the_usage_it_states():
+    """Each decoder raises ``ErrorIn200`` carrying the usage the error body states (Anthropic's
+    cache reads added to its input: 10 + 4 = 14), or None when it states none."""
+    from dxi.adapters.anthropic import decode_messages
+    from dxi.adapters.errors import ErrorIn200
+    from dxi.adapters.gemini import decode_generate
+    from dxi.adapters.gemini_decisions import decode_decision
+    from dxi.adapters.openai import decode_chat
+    from dxi.adapters.openai_decisions import decode_decisions
+    from dxi.adapters.systemone import decode_body
+
+    error = {"error": {"message": "upstream died"}}
+    cases = [
+        (decode_chat, {"prompt_tokens": 10, "completion_tokens": 5}, "usage", (10, 5)),
+        (decode_decisions, {"input_tokens": 10, "output_tokens": 5}, "usage", (10, 5)),
+        (decode_body, {"input_tokens": 10, "output_tokens": 5}, "usage", (10, 5)),
+        (
+            decode_messages,
+            {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 4},
+            "usage",
+            (14, 5),
+        ),
+        (
+            decode_generate,
+            {"promptTokenCount": 10, "candidatesTokenCount": 5},
+            "usageMetadata",
+            (10, 5),
+        ),
+        (decode_decision, {"total_input_tokens": 10, "total_output_tokens": 5}, "usage", (10, 5)),
+    ]
+    for decode, usage, key, counts in cases:
+        with pytest.raises(ErrorIn200) as raised:
+            decode(None, orjson.dumps(error | {key: usage}))
+        assert (raised.value.usage.input_tokens, raised.value.usage.output_tokens) == counts
+        assert str(raised.value) == "an error inside a 200 reply: upstream died"
+        with pytest.raises(ErrorIn200) as raised:
+            decode(None, orjson.dumps(error))
+        assert raised.value.usage is None

@@ -16,7 +16,9 @@ ends the reservation is released and its actual cost added to what was spent:
   output has no cap reserves none of its output, so there the reservation is no bound at all and
   the attempt's cost is unknown (``Settled.bounded`` False: no figure says "at most" of it, as
   ``dxi estimate`` gives no "at most" for such a model);
-* an HTTP error status (429, 5xx, 4xx): nothing (providers do not bill an error);
+* an HTTP error status (429, 5xx, 4xx): nothing (providers do not bill an error); an error inside a
+  200 (``adapters.ErrorIn200``) was generated and is billed: the usage it states, as a reply's
+  (the reservation when it states none, or none credible);
 * no connection opened (``adapters.Unreachable``: refused, no route, a name that does not resolve,
   none within the connect timeout): nothing (the request never left).
 
@@ -36,7 +38,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from dxi.adapters import Adapter, AdapterError, Reply, Request, Unreachable
+from dxi.adapters import Adapter, AdapterError, ErrorIn200, Reply, Request, Unreachable
 from dxi.evals import Task
 
 from ..outputs import amounts
@@ -263,6 +265,8 @@ class Charge:
         reservation when it is not (no usage reported, or 0 input tokens at a price: a server that
         counts no tokens, which settled at $0 would let such a priced model spend past the bound);
         nothing for an HTTP error status nor for an attempt that never connected (``Unreachable``).
+        An error inside a 200 (``ErrorIn200``) was generated and is billed: ``reply`` is then the
+        usage it states (credible), else None, and it is charged as a reply is.
         Only the reservation kept is ``at_reservation`` (the records say "at most" of it), and not
         ``bounded`` when ``bounded`` (``is_bound`` of the attempt) is False."""
         known = None
@@ -275,7 +279,10 @@ class Charge:
         elif known is not None:
             actual = known
         elif reply is None and (
-            isinstance(error, Unreachable) or (error is not None and error.status is not None)
+            isinstance(error, Unreachable)
+            or (
+                error is not None and error.status is not None and not isinstance(error, ErrorIn200)
+            )
         ):  # an HTTP error status, or the request never left
             actual = 0.0
         else:
