@@ -165,7 +165,10 @@ class Reply:
     ``"answer"`` (within the answer), None when it was not cut off. ``usage_problem`` names the
     counts the reply's usage states that are not counts of tokens (``adapters.http.not_counts``:
     ``'usage.completion_tokens "50"'``; None: none), which make its usage not credible
-    (``runner.sending.cost.credible`` keeps none of it; never stored).
+    (``runner.sending.cost.credible`` keeps none of it; never stored). ``over_cap``: its output
+    tokens pass the request's own cap, but not the most any reply holds (a provider whose cap leaves
+    out its reasoning): its usage is kept, and the cost bound charges it at least its reservation
+    (``runner.sending.cost``).
     """
 
     answers: tuple[Answer, ...]
@@ -178,6 +181,7 @@ class Reply:
     cache_write_1h_tokens: int | None = None
     cut_off: str | None = None
     usage_problem: str | None = None
+    over_cap: bool = False
 
     @property
     def status(self) -> str:

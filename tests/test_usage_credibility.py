@@ -313,6 +313,82 @@ async def test_an_error_inside_a_200_is_charged_the_usage_it_states_else_its_res
     assert requests.get("cost_at_reservation_usd") == (None if known else pytest.approx(expected))
 
 
+OVER_CAP = (
+    "a reply's output passes its request's own cap (output_tokens {} > 100, the request's own cap)"
+)
+
+
+async def test_output_past_its_cap_but_plausible_is_kept_and_charged_at_least_its_reservation(
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+):
+    """A cap of 100 output tokens, and replies stating 100 input and 2000 output tokens (a provider
+    whose cap leaves out its reasoning: billed 2000): at $0 / $100 per million each is billed
+    2000 · 100 / 1e6 = $0.20, $0.40 for two, charged so (a known cost: the larger of it and the
+    reservation, 100 · 100 / 1e6 = $0.01), the counts kept, each reply warned of. The old code
+    threw the usage away and charged the reservations, $0.02 of the $0.40 billed."""
+    with caplog.at_level(logging.WARNING, "dxi.cost"):
+        usage = {"prompt_tokens": 100, "completion_tokens": 2000, "total_tokens": 2100}
+        code, requests, bound, rows, _ = await run(
+            "openai", usage, "0/100", data_dir, tmp_path, monkeypatch
+        )
+    assert code == 0
+    assert (bound["spent_usd"], requests["cost_usd"]) == (0.4, 0.4)
+    assert "cost_at_reservation_usd" not in requests
+    assert rows.select("input_tokens", "output_tokens").rows() == [(100, 2000)] * 2
+    said = (
+        "openai:gpt-fake: "
+        + OVER_CAP.format(2000)
+        + (": its usage is kept, and charged at least its reservation")
+    )
+    assert [r.getMessage() for r in caplog.records if "own cap" in r.getMessage()] == [said] * 2
+
+
+async def test_output_past_its_cap_costing_less_than_the_reservation_is_charged_the_reservation(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """100 input and 150 output tokens (cap 100) at $100 / $1 per million: stated
+    100 · 100 / 1e6 + 150 / 1e6 = $0.01015 a reply, below its reservation (its body's bytes at $100
+    per million + 100 output tokens at $1): charged the reservation ("at most"), the counts kept."""
+    usage = {"prompt_tokens": 100, "completion_tokens": 150, "total_tokens": 250}
+    code, requests, bound, rows, sizes = await run(
+        "openai", usage, "100/1", data_dir, tmp_path, monkeypatch
+    )
+    reserved = round(sum(sizes) * 100 / 1e6 + 2 * 100 / 1e6, 6)
+    assert code == 0 and reserved > 2 * 0.01015
+    assert (bound["spent_usd"], requests["cost_usd"]) == (pytest.approx(reserved),) * 2
+    assert requests["cost_at_reservation_usd"] == pytest.approx(reserved)
+    assert rows.select("input_tokens", "output_tokens").rows() == [(100, 150)] * 2
+
+
+async def test_output_past_what_any_reply_holds_is_not_kept_though_capped(
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+):
+    """1,048,577 output tokens under a cap of 100: past ``MAX_REPLY_OUTPUT``, not plausible: not
+    kept, each request charged its reservation (100 · 100 / 1e6 = $0.01, input free)."""
+    usage = {"prompt_tokens": 100, "completion_tokens": 1_048_577}
+    with caplog.at_level(logging.WARNING, "dxi.cost"):
+        code, requests, bound, rows, _ = await run(
+            "openai", usage, "0/100", data_dir, tmp_path, monkeypatch
+        )
+    assert (code, bound["spent_usd"], requests["cost_at_reservation_usd"]) == (0, 0.02, 0.02)
+    assert rows.select("input_tokens", "output_tokens").rows() == [(None, None)] * 2
+    assert (
+        warnings(caplog)
+        == [
+            "openai:gpt-fake: a reply's usage is not credible (output_tokens 1048577 > 1,048,576, "
+            "more than any provider's model writes in one reply (its own cap is 100)): not kept, its "
+            "cost is unknown"
+        ]
+        * 2
+    )
+
+
 def test_a_main_count_null_or_a_fraction_is_still_named():
     """Only a sub-count's ``null`` states nothing: a main count ``null`` or a fraction (100.5) is
     named, a sub-count that is a string or below 0 too; ``as_count`` reads 100.0 as 100."""

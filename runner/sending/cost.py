@@ -140,8 +140,8 @@ def incredible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> 
     """Why ``reply``'s usage cannot be what ``request`` cost, or None when it can: an input count
     (input, cached, cache writes) past ``input_bound`` of the request (its body's bytes plus what
     the provider adds unseen: a token is at least a byte), or output tokens past the request's own
-    cap (``Adapter.output_tokens_bound``, which the provider enforces) or, where nothing caps them,
-    past ``MAX_REPLY_OUTPUT`` (more than any provider's model can write in one reply), or any count
+    past ``MAX_REPLY_OUTPUT`` (more than any provider's model can write in one reply; past the
+    request's own cap but not that is ``over_cap``, believed), or any count
     past a 64-bit integer (the cache's columns), or counts no reply can state
     (``Reply.usage_problem``: a count stated that is not one, a string, null, Infinity;
     ``scoring.cost.inconsistent``: below 0, input without output, more cached input than input)."""
@@ -162,15 +162,24 @@ def incredible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> 
                 f"{name} {count} > {limit}, the most its {len(request.body)}-byte request can hold"
             )
     out, cap = reply.output_tokens, adapter.output_tokens_bound(task)
-    if out is not None and cap is not None and out > cap:
-        return f"output_tokens {out} > {cap}, the request's own cap"
-    if out is not None and cap is None and out > MAX_REPLY_OUTPUT:
+    if out is not None and out > max(cap or 0, MAX_REPLY_OUTPUT):
+        capped = "nothing caps this request's output" if cap is None else f"its own cap is {cap}"
         return (
             f"output_tokens {out} > {MAX_REPLY_OUTPUT:,}, more than any provider's model writes in "
-            "one reply (nothing caps this request's output)"
+            f"one reply ({capped})"
         )
     if out is not None and out > MAX_COUNT:
         return f"output_tokens {out} > {MAX_COUNT}"
+    return None
+
+
+def over_cap(reply: Reply, adapter: Adapter, task: Task) -> str | None:
+    """Why ``reply``'s output tokens pass the request's own cap (``Adapter.output_tokens_bound``),
+    or None: a provider whose cap leaves out its reasoning (DeepSeek's reasoner: ``max_tokens`` caps
+    the final answer, the reasoning billed on top) states more than the cap and is billed it."""
+    out, cap = reply.output_tokens, adapter.output_tokens_bound(task)
+    if out is not None and cap is not None and out > cap:
+        return f"output_tokens {out} > {cap}, the request's own cap"
     return None
 
 
@@ -178,8 +187,18 @@ def credible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> Re
     """``reply``, without its usage (every count None) when it is not credible (``incredible``:
     a broken or hostile server's usage): its cost is then unknown, charged and recorded as a reply
     without usage is (at most its reservation; ``Charge.settle``), with a warning, never as the
-    absurd figure reported (nor a count the cache cannot hold)."""
+    absurd figure reported (nor a count the cache cannot hold). Output past the request's own cap
+    but plausible (``over_cap``): the usage kept, marked ``over_cap`` (charged the larger of it and
+    the reservation), with a warning."""
     why = incredible(reply, adapter, task, request)
+    if why is None and (past := over_cap(reply, adapter, task)) is not None:
+        log.warning(
+            "%s: a reply's output passes its request's own cap (%s): its usage is kept, and "
+            "charged at least its reservation",
+            adapter.label,
+            past,
+        )
+        return replace(reply, over_cap=True)
     if why is None:
         return reply
     log.warning(
@@ -264,7 +283,9 @@ class Charge:
         (``scoring.cost.known_cost``, the rule the summary and ``dxi view`` price a request by); its
         reservation when it is not (no usage reported, or 0 input tokens at a price: a server that
         counts no tokens, which settled at $0 would let such a priced model spend past the bound);
-        nothing for an HTTP error status nor for an attempt that never connected (``Unreachable``).
+        nothing for an HTTP error status nor for an attempt that never connected (``Unreachable``);
+        a reply whose output passes its cap (``Reply.over_cap``): the larger of its usage's cost
+        and the reservation (the reservation ``at_reservation``).
         An error inside a 200 (``ErrorIn200``) was generated and is billed: ``reply`` is then the
         usage it states (credible), else None, and it is charged as a reply is.
         Only the reservation kept is ``at_reservation`` (the records say "at most" of it), and not
@@ -276,8 +297,8 @@ class Charge:
             known = known_cost({c: getattr(reply, c) for c in USAGE_COLUMNS}, self.price)
         if self.price is None:
             actual = 0.0
-        elif known is not None:
-            actual = known
+        elif known is not None and not (reply is not None and reply.over_cap and known < reserved):
+            actual = known  # past its cap (``over_cap``): the larger of it and the reservation
         elif reply is None and (
             isinstance(error, Unreachable)
             or (
