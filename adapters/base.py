@@ -313,12 +313,14 @@ class Adapter(abc.ABC):
     ``OPTIONS``: the settings (``ModelSpec.options``) the adapter reads; ``free``: the model runs on
     this machine (no bill: its price is 0 unless a run file says otherwise); ``fixed_endpoint``: its
     ``endpoint`` is a constant of the cache key, not a server the user named (in-process, or a
-    server dxi starts on a port of its own), so no message names it;
-    ``HIDDEN_INPUT_TOKENS``: input tokens a provider adds to every request beyond what the body
-    holds (an upper bound; see ``runner.planning.tokens``); ``CACHE_PRICES``: the prices of
-    prompt-cache reads and writes (``cached_input``, ``cache_write``, ``cache_write_1h``) as
-    multiples of the input price, where the provider's pricing fixes them for every model
-    (Anthropic); a run file's price overrides them, and a part priced by neither is priced as input.
+    server dxi starts on a port of its own), so no message names it; ``HIDDEN_INPUT_TOKENS``: input
+    tokens a provider adds to every request beyond what the body holds (an upper bound; see
+    ``runner.planning.tokens``); ``OWN_PROMPT``: the server wraps each request in a prompt of its
+    own, of a size no request states (a System One server's template), so its input tokens may pass
+    the body's bytes (``runner.sending.cost``); ``CACHE_PRICES``: the prices of prompt-cache reads
+    and writes (``cached_input``, ``cache_write``, ``cache_write_1h``) as multiples of the input
+    price, where the provider's pricing fixes them for every model (Anthropic); a run file's price
+    overrides them, and a part priced by neither is priced as input.
     """
 
     kind: str = ""
@@ -328,6 +330,7 @@ class Adapter(abc.ABC):
     free: bool = False
     fixed_endpoint: bool = False
     HIDDEN_INPUT_TOKENS: int = 0
+    OWN_PROMPT: bool = False
     CACHE_PRICES: Mapping[str, float] = {}
     P_YES_RANGE: tuple[float, float] | None = None
     """The range the provider clamps a yes/no answer's P(yes) to, when it clamps (Gemini Decisions:

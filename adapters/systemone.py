@@ -177,6 +177,7 @@ class SystemOne(Adapter):
 
     kind = "systemone"
     own_timeout = True  # the session's read timeout is the attempt timeout
+    OWN_PROMPT = True  # the server's prompt template wraps the questions (Strands Decider's)
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
         super().__init__(spec, limits)

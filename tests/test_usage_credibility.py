@@ -541,3 +541,32 @@ def test_every_format_gives_an_error_inside_a_200_the_usage_it_states():
         with pytest.raises(ErrorIn200) as raised:
             decode(None, orjson.dumps(error))
         assert raised.value.usage is None
+
+
+def test_a_system_one_servers_own_prompt_is_believed_and_charged_as_stated(
+    caplog: pytest.LogCaptureFixture,
+):
+    """A System One server wraps the questions in its own prompt template: 1500 input tokens for a
+    376-byte request (trial 10 F) are its usage, kept without a warning (the old code: "not
+    credible", dropped, a warning per reply, even without a price), charged the larger of its cost
+    and the reservation: at $1 per million input tokens, 1500 / 1e6 = $0.0015 (the reservation,
+    376 input tokens and 1 output token at $0, is $0.000376). Past 1,048,576 input tokens it is
+    not believed; an OpenAI request's input past its bytes is still not."""
+    from types import SimpleNamespace
+
+    from dxi.adapters import Reply, Request, get, parse_model
+    from dxi.runner.sending.cost import Budget, Charge, credible
+
+    adapter = get(parse_model("systemone:decider@http://127.0.0.1:9"))
+    task = SimpleNamespace(questions=("q",))  # one question: one output token
+    request = Request("systemone", "decider", "http://127.0.0.1:9", b"x" * 376)
+    with caplog.at_level(logging.WARNING, "dxi.cost"):
+        kept = credible(Reply((), 1500, 1), adapter, task, request)
+    assert (kept.input_tokens, kept.output_tokens, kept.over_cap) == (1500, 1, True)
+    assert caplog.records == []
+    charge = Charge(Budget(1.0), (1.0, 0.0))
+    reserved = charge.bound(adapter, task, request)
+    assert (reserved, charge.settle(reserved, kept, None)) == (0.000376, (0.0015, False, True))
+    assert credible(Reply((), 1_048_577, 1), adapter, task, request).input_tokens is None
+    openai = get(parse_model("openai:gpt-x@http://127.0.0.1:9/v1"))
+    assert credible(Reply((), 1500, 1), openai, task, request).input_tokens is None

@@ -157,7 +157,9 @@ def incredible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> 
     limit = input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS)
     for name in _INPUTS:
         count = getattr(reply, name)
-        if count is not None and count > limit:
+        if count is not None and adapter.OWN_PROMPT and count > max(limit, MAX_REPLY_OUTPUT):
+            return f"{name} {count} > {MAX_REPLY_OUTPUT:,}, more than any model's context holds"
+        if count is not None and not adapter.OWN_PROMPT and count > limit:
             return (
                 f"{name} {count} > {limit}, the most its {len(request.body)}-byte request can hold"
             )
@@ -183,6 +185,14 @@ def over_cap(reply: Reply, adapter: Adapter, task: Task) -> str | None:
     return None
 
 
+def past_body(reply: Reply, adapter: Adapter, request: Request) -> bool:
+    """Whether ``reply``'s input tokens pass its request's body's bytes on a server that adds a
+    prompt of its own (``Adapter.OWN_PROMPT``: a System One server's template), as it may: believed,
+    without a warning, and charged at least the reservation (``Reply.over_cap``)."""
+    limit = input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS)
+    return adapter.OWN_PROMPT and (reply.input_tokens or 0) > limit
+
+
 def credible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> Reply:
     """``reply``, without its usage (every count None) when it is not credible (``incredible``:
     a broken or hostile server's usage): its cost is then unknown, charged and recorded as a reply
@@ -200,7 +210,7 @@ def credible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> Re
         )
         return replace(reply, over_cap=True)
     if why is None:
-        return reply
+        return replace(reply, over_cap=True) if past_body(reply, adapter, request) else reply
     log.warning(
         "%s: a reply's usage is not credible (%s): not kept, its cost is unknown",
         adapter.label,
