@@ -108,7 +108,7 @@ async def test_more_cached_input_than_input_is_not_kept_and_never_a_negative_cos
     assert (bound["spent_usd"], requests["cost_usd"]) == (pytest.approx(reserved),) * 2
     assert requests["cost_at_reservation_usd"] == pytest.approx(reserved) and reserved > 0
     assert (requests["sent"], requests["input_tokens"], requests["output_tokens"]) == (2, 0, 0)
-    assert warnings(caplog) == [what] * 2
+    assert warnings(caplog) == [what]  # once per model (cost._warn)
     assert (
         rows.select("input_tokens", "cached_input_tokens", "output_tokens").rows()
         == [(None, None, None)] * 2
@@ -195,7 +195,7 @@ async def test_an_output_count_missing_or_not_a_count_is_not_priced_as_0_output(
     assert rows.select("status", "input_tokens", "output_tokens").rows() == [("ok", None, None)] * 2
     label = LABELS[kind]
     said = f"{label}: a reply's usage is not credible ({what}): not kept, its cost is unknown"
-    assert warnings(caplog) == [said] * 2
+    assert warnings(caplog) == [said]  # once per model (cost._warn)
 
 
 async def test_a_gemini_count_left_out_is_0_as_the_api_leaves_out_a_count_of_0(
@@ -343,7 +343,7 @@ async def test_output_past_its_cap_but_plausible_is_kept_and_charged_at_least_it
         + OVER_CAP.format(2000)
         + (": its usage is kept, and charged at least its reservation")
     )
-    assert [r.getMessage() for r in caplog.records if "own cap" in r.getMessage()] == [said] * 2
+    assert [r.getMessage() for r in caplog.records if "own cap" in r.getMessage()] == [said]
 
 
 async def test_output_past_its_cap_costing_less_than_the_reservation_is_charged_the_reservation(
@@ -378,15 +378,11 @@ async def test_output_past_what_any_reply_holds_is_not_kept_though_capped(
         )
     assert (code, bound["spent_usd"], requests["cost_at_reservation_usd"]) == (0, 0.02, 0.02)
     assert rows.select("input_tokens", "output_tokens").rows() == [(None, None)] * 2
-    assert (
-        warnings(caplog)
-        == [
-            "openai:gpt-fake: a reply's usage is not credible (output_tokens 1048577 > 1,048,576, "
-            "more than any provider's model writes in one reply (its own cap is 100)): not kept, its "
-            "cost is unknown"
-        ]
-        * 2
-    )
+    assert warnings(caplog) == [
+        "openai:gpt-fake: a reply's usage is not credible (output_tokens 1048577 > 1,048,576, "
+        "more than any provider's model writes in one reply (its own cap is 100)): not kept, its "
+        "cost is unknown"
+    ]
 
 
 def test_a_main_count_null_or_a_fraction_is_still_named():
@@ -570,3 +566,33 @@ def test_a_system_one_servers_own_prompt_is_believed_and_charged_as_stated(
     assert credible(Reply((), 1_048_577, 1), adapter, task, request).input_tokens is None
     openai = get(parse_model("openai:gpt-x@http://127.0.0.1:9/v1"))
     assert credible(Reply((), 1500, 1), openai, task, request).input_tokens is None
+
+
+def test_a_warning_of_a_reply_s_usage_is_given_once_per_model_then_at_10_100_with_its_count(
+    caplog: pytest.LogCaptureFixture,
+):
+    """250 replies of one model whose output passes the cap, 3 of another model: 3 lines for the
+    first (its 1st, 10th and 100th such reply), 1 for the second, not 253 (trial 10 G: one line per
+    reply)."""
+    from types import SimpleNamespace
+
+    from dxi.adapters import Reply, Request, get, parse_model
+    from dxi.runner.sending.cost import credible
+
+    task = SimpleNamespace(questions=("q",))
+    one, two = (get(parse_model(f"systemone:{m}@http://127.0.0.1:9")) for m in ("d1", "d2"))
+    request = Request("systemone", "d1", "http://127.0.0.1:9", b"x" * 376)
+    with caplog.at_level(logging.WARNING, "dxi.cost"):
+        for adapter, n in ((one, 250), (two, 3)):
+            for _ in range(n):
+                assert credible(Reply((), 10, 2), adapter, task, request).over_cap
+    said = (
+        "systemone:{}: a reply's output passes its request's own cap (output_tokens 2 > 1, the "
+        "request's own cap): its usage is kept, and charged at least its reservation"
+    )
+    assert [r.getMessage() for r in caplog.records] == [
+        said.format("d1"),
+        said.format("d1") + " (the 10th such reply of systemone:d1)",
+        said.format("d1") + " (the 100th such reply of systemone:d1)",
+        said.format("d2"),
+    ]

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
+from collections import Counter
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -193,6 +195,23 @@ def past_body(reply: Reply, adapter: Adapter, request: Request) -> bool:
     return adapter.OWN_PROMPT and (reply.input_tokens or 0) > limit
 
 
+_WARNED: weakref.WeakKeyDictionary[Adapter, Counter[str]] = weakref.WeakKeyDictionary()
+"""How many replies of each model (its adapter: one a run) ``_warn`` was told of, per kind."""
+
+
+def _warn(adapter: Adapter, kind: str, text: str) -> None:
+    """Warn of a reply's usage (``text``) once per model and ``kind`` in a run, then again at its
+    10th, 100th, 1000th ... such reply with that count: a model whose every reply says so writes a
+    few lines, not one a reply."""
+    seen = _WARNED.setdefault(adapter, Counter())
+    seen[kind] += 1
+    n = seen[kind]
+    if n == 1:
+        log.warning("%s", text)
+    elif n == 10 ** (len(str(n)) - 1):
+        log.warning("%s (the %s such reply of %s)", text, f"{n:,}th", adapter.label)
+
+
 def credible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> Reply:
     """``reply``, without its usage (every count None) when it is not credible (``incredible``:
     a broken or hostile server's usage): its cost is then unknown, charged and recorded as a reply
@@ -202,19 +221,19 @@ def credible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> Re
     the reservation), with a warning."""
     why = incredible(reply, adapter, task, request)
     if why is None and (past := over_cap(reply, adapter, task)) is not None:
-        log.warning(
-            "%s: a reply's output passes its request's own cap (%s): its usage is kept, and "
-            "charged at least its reservation",
-            adapter.label,
-            past,
+        _warn(
+            adapter,
+            "over_cap",
+            f"{adapter.label}: a reply's output passes its request's own cap ({past}): its usage is "
+            "kept, and charged at least its reservation",
         )
         return replace(reply, over_cap=True)
     if why is None:
         return replace(reply, over_cap=True) if past_body(reply, adapter, request) else reply
-    log.warning(
-        "%s: a reply's usage is not credible (%s): not kept, its cost is unknown",
-        adapter.label,
-        why,
+    _warn(
+        adapter,
+        "incredible",
+        f"{adapter.label}: a reply's usage is not credible ({why}): not kept, its cost is unknown",
     )
     from dxi.scoring.cost import USAGE_COLUMNS
 
