@@ -24,6 +24,7 @@ from .base import (
 )
 from .errors import (
     AdapterError,
+    ErrorIn200,
     Fatal,
     MalformedReply,
     ProviderStop,
@@ -39,6 +40,7 @@ __all__ = [
     "Adapter",
     "AdapterError",
     "Answer",
+    "ErrorIn200",
     "Fatal",
     "Limits",
     "MalformedReply",

@@ -71,7 +71,7 @@ from dxi.evals import Task
 
 from . import budgets, llm
 from .base import Limits, ModelSpec, Reply, Request
-from .errors import MalformedReply, Transient
+from .errors import ErrorIn200, MalformedReply
 from .http import HTTPAdapter, as_count, load_reply, not_counts
 from .provider_errors import body_error
 from .streaming import MessagesAssembler, anthropic_sdk_refuses
@@ -106,7 +106,8 @@ def usage_of(doc: dict) -> dict:
     ``ephemeral_1h_input_tokens`` say; without that split all are 5-minute writes, the default TTL),
     ``output_tokens`` and ``served_model`` of a Messages reply (the anthropic SDK's
     ``types/usage.py`` and ``cache_creation.py``), with ``usage_problem`` (``Reply``: a count
-    stated that is not one, such as ``cache_read_input_tokens: -100000``, which is not read as 0).
+    stated that is not one, such as ``cache_read_input_tokens: -100000``, which is not read as 0;
+    a cache count that is ``null``, ``Optional[int]`` in the SDK, states nothing: 0, as left out).
     Anthropic prices cache reads at 0.1x the input price, 5-minute writes at 1.25x and 1-hour writes
     at 2x (``CACHE_PRICES``)."""
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
@@ -116,8 +117,9 @@ def usage_of(doc: dict) -> dict:
     split = usage.get("cache_creation") if isinstance(usage.get("cache_creation"), dict) else {}
     hour = min(as_count(split.get("ephemeral_1h_input_tokens")) or 0, written)
     known = fresh is not None
-    problems = not_counts(usage, COUNTS, "usage") + not_counts(
-        split, ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"), "usage.cache_creation"
+    splits = ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
+    problems = not_counts(usage, COUNTS, "usage", COUNTS[2:]) + not_counts(
+        split, splits, "usage.cache_creation", splits
     )
     return {
         "input_tokens": fresh + read + written if known else None,
@@ -147,7 +149,8 @@ def decode_messages(
     (``Adapter.decode_parsed``), else None."""
     doc = load_reply(body) if doc is None else doc
     if (error := body_error(doc)) is not None:
-        raise Transient(f"an error inside a 200 reply: {error}", 200)
+        usage = Reply((), **usage_of(doc)) if isinstance(doc.get("usage"), dict) else None
+        raise ErrorIn200(error, usage)  # billed: the usage it states (runner.sending.cost)
     if not isinstance(doc, dict) or not isinstance(doc.get("content"), list):
         raise MalformedReply("reply has no 'content' list", body[:2000].decode("utf-8", "replace"))
     meta = usage_of(doc)

@@ -164,7 +164,10 @@ class Reply:
     ``"answer"`` (within the answer), None when it was not cut off. ``usage_problem`` names the
     counts the reply's usage states that are not counts of tokens (``adapters.http.not_counts``:
     ``'usage.completion_tokens "50"'``; None: none), which make its usage not credible
-    (``runner.sending.cost.credible`` keeps none of it; never stored).
+    (``runner.sending.cost.credible`` keeps none of it; never stored). ``over_cap``: its output
+    tokens pass the request's own cap, but not the most any reply holds (a provider whose cap leaves
+    out its reasoning): its usage is kept, and the cost bound charges it at least its reservation
+    (``runner.sending.cost``).
     """
 
     answers: tuple[Answer, ...]
@@ -177,6 +180,7 @@ class Reply:
     cache_write_1h_tokens: int | None = None
     cut_off: str | None = None
     usage_problem: str | None = None
+    over_cap: bool = False
 
     @property
     def status(self) -> str:
@@ -308,12 +312,14 @@ class Adapter(abc.ABC):
     ``OPTIONS``: the settings (``ModelSpec.options``) the adapter reads; ``free``: the model runs on
     this machine (no bill: its price is 0 unless a run file says otherwise); ``fixed_endpoint``: its
     ``endpoint`` is a constant of the cache key, not a server the user named (in-process, or a
-    server dxi starts on a port of its own), so no message names it;
-    ``HIDDEN_INPUT_TOKENS``: input tokens a provider adds to every request beyond what the body
-    holds (an upper bound; see ``runner.planning.tokens``); ``CACHE_PRICES``: the prices of
-    prompt-cache reads and writes (``cached_input``, ``cache_write``, ``cache_write_1h``) as
-    multiples of the input price, where the provider's pricing fixes them for every model
-    (Anthropic); a run file's price overrides them, and a part priced by neither is priced as input.
+    server dxi starts on a port of its own), so no message names it; ``HIDDEN_INPUT_TOKENS``: input
+    tokens a provider adds to every request beyond what the body holds (an upper bound; see
+    ``runner.planning.tokens``); ``OWN_PROMPT``: the server wraps each request in a prompt of its
+    own, of a size no request states (a System One server's template), so its input tokens may pass
+    the body's bytes (``runner.sending.cost``); ``CACHE_PRICES``: the prices of prompt-cache reads
+    and writes (``cached_input``, ``cache_write``, ``cache_write_1h``) as multiples of the input
+    price, where the provider's pricing fixes them for every model (Anthropic); a run file's price
+    overrides them, and a part priced by neither is priced as input.
     """
 
     kind: str = ""
@@ -323,6 +329,7 @@ class Adapter(abc.ABC):
     free: bool = False
     fixed_endpoint: bool = False
     HIDDEN_INPUT_TOKENS: int = 0
+    OWN_PROMPT: bool = False
     CACHE_PRICES: Mapping[str, float] = {}
     P_YES_RANGE: tuple[float, float] | None = None
     """The range the provider clamps a yes/no answer's P(yes) to, when it clamps (Gemini Decisions:

@@ -12,8 +12,9 @@
     │       │                      errors; a reply cut after it began, streamed or whole (not
     │       │                      retried in this run: part of it arrived, billed;
     │       │                      ``http.cut_stream``)
-    │       ├── MalformedReply     a body that is not the wire format (not JSON, no ``answers``), an
-    │       │                      error inside a 200, a compressed body cut before its trailer
+    │       ├── ErrorIn200         an error inside a 200 (charged the usage it states, when credible)
+    │       ├── MalformedReply     a body that is not the wire format (not JSON, no ``answers``), a
+    │       │                      compressed body cut before its trailer
     │       └── Unreachable        no connection could be opened (refused, no route, a name that does not
     │                              resolve, none within the connect timeout): the server was not reached;
     │                              when every attempt meets it the runner pauses the provider and probes it
@@ -51,6 +52,8 @@ API key cannot leak into the cache, logs or reports.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from dxi.shown import shown
 
@@ -96,6 +99,18 @@ class RateLimited(Retryable):
 
 class Transient(Retryable):
     """A server error, timeout or broken connection."""
+
+
+class ErrorIn200(Transient):
+    """An error inside a 200 reply (``provider_errors.body_error``: an ``error`` body, an ``error``
+    beside ``choices``, a choice with ``finish_reason: "error"``): retried, never stored as an
+    answer; but a 200 was generated, and is billed: ``usage`` is a ``Reply`` without answers
+    holding the usage the reply states (None: it states none), which ``runner.sending.cost``
+    charges when credible, else the attempt's reservation (never $0, as an HTTP error status)."""
+
+    def __init__(self, error: str, usage: Any = None):
+        super().__init__(f"an error inside a 200 reply: {error}", 200)
+        self.usage = usage
 
 
 class MalformedReply(Transient):

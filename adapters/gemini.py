@@ -42,7 +42,7 @@ from dxi.evals import Task
 
 from . import llm, provider_errors
 from .base import Reply, Request
-from .errors import MalformedReply, Transient
+from .errors import ErrorIn200, MalformedReply
 from .http import HTTPAdapter, as_count, load_reply, not_counts
 from .provider_errors import body_error
 from .streaming import LONG_REPLY_TOKENS, GenerateAssembler, gemini_stream_path
@@ -55,15 +55,16 @@ def retry_delay(body: bytes) -> float | None:
 
 
 def billed_output(usage: dict, answer: str, thoughts: str) -> int | None:
-    """The output tokens billed for a Gemini reply whose usage block is ``usage``: its answer
-    tokens (the count named ``answer``, ``candidatesTokenCount``) plus its thoughts (``thoughts``,
+    """The output tokens billed for a Gemini reply whose usage block is ``usage``: its answer tokens
+    (the count named ``answer``, ``candidatesTokenCount``) plus its thoughts (``thoughts``,
     ``thoughtsTokenCount``, billed as output and not counted within the answer tokens: google-genai
     ``GenerateContentResponseUsageMetadata``). The API leaves a count of 0 out of its JSON, so a
     count left out is 0 (a reply cut off while thinking gives ``thoughtsTokenCount`` alone,
-    python-genai #811: its thoughts are its output); None without a usage block, or when either is
-    stated but is not a count (``not_counts`` names it: its cost is then unknown, never priced as 0
-    output)."""
-    out, thought = (as_count(usage.get(key, 0)) for key in (answer, thoughts))
+    python-genai #811: its thoughts are its output), and so is thoughts that are ``null`` (the SDK's
+    ``Optional[int]``); None without a usage block, or when either is stated but is not a count
+    (``not_counts`` names it: its cost is then unknown, never priced as 0 output)."""
+    out = as_count(usage.get(answer, 0))
+    thought = as_count(0 if usage.get(thoughts) is None else usage[thoughts])
     return None if not usage or out is None or thought is None else out + thought
 
 
@@ -73,7 +74,8 @@ COUNTS = (
     "thoughtsTokenCount",
     "cachedContentTokenCount",
 )
-"""The counts of a generateContent reply's ``usageMetadata`` that price it."""
+"""The counts of a generateContent reply's ``usageMetadata`` that price it (the last two are parts
+of the others: ``null`` there states nothing, ``adapters.http.not_counts``)."""
 
 
 def _usage(doc: dict) -> tuple[int | None, int | None, int | None, str | None]:
@@ -84,8 +86,17 @@ def _usage(doc: dict) -> tuple[int | None, int | None, int | None, str | None]:
         prompt,
         billed_output(usage, "candidatesTokenCount", "thoughtsTokenCount"),
         (cached or 0) if prompt is not None else None,
-        "; ".join(not_counts(usage, COUNTS, "usageMetadata")) or None,
+        "; ".join(not_counts(usage, COUNTS, "usageMetadata", COUNTS[2:])) or None,
     )
+
+
+def _stated(doc: dict) -> Reply | None:
+    """The usage a generateContent reply states, as a ``Reply`` without answers (None: it has no
+    ``usageMetadata``): what an error inside a 200 is charged (``ErrorIn200``)."""
+    if not isinstance(doc.get("usageMetadata"), dict):
+        return None
+    tokens_in, tokens_out, cached, problem = _usage(doc)
+    return Reply((), tokens_in, tokens_out, cached_input_tokens=cached, usage_problem=problem)
 
 
 def decode_generate(task: Task, body: bytes, doc: Any = None) -> Reply:
@@ -93,7 +104,7 @@ def decode_generate(task: Task, body: bytes, doc: Any = None) -> Reply:
     (``Adapter.decode_parsed``), else None."""
     doc = load_reply(body) if doc is None else doc
     if (error := body_error(doc)) is not None:
-        raise Transient(f"an error inside a 200 reply: {error}", 200)
+        raise ErrorIn200(error, _stated(doc))  # billed: the usage it states (runner.sending.cost)
     if not isinstance(doc, dict):
         raise MalformedReply("reply is not a JSON object", body[:2000].decode("utf-8", "replace"))
     tokens_in, tokens_out, cached, problem = _usage(doc)

@@ -39,7 +39,7 @@ from typing import Any
 from dxi.evals import Task
 
 from .base import Reply, Request
-from .errors import MalformedReply, Transient
+from .errors import ErrorIn200, MalformedReply
 from .gemini import API_KEY_ENVS, billed_output, retry_delay
 from .http import HTTPAdapter, as_count, load_reply, not_counts
 from .llm import invalid_reply
@@ -57,7 +57,7 @@ def _usage(doc: dict) -> dict:
         "input_tokens": tokens_in,
         "output_tokens": billed_output(usage, "total_output_tokens", "total_thought_tokens"),
         "cached_input_tokens": (cached or 0) if tokens_in is not None else None,
-        "usage_problem": "; ".join(not_counts(usage, COUNTS, "usage")) or None,
+        "usage_problem": "; ".join(not_counts(usage, COUNTS, "usage", COUNTS[2:])) or None,
     }
 
 
@@ -67,7 +67,8 @@ COUNTS = (
     "total_thought_tokens",
     "total_cached_tokens",
 )
-"""The counts of a CreateDecisionResponse's ``usage`` that price it."""
+"""The counts of a CreateDecisionResponse's ``usage`` that price it (the last two are parts of the
+others: ``null`` there states nothing, ``adapters.http.not_counts``)."""
 
 
 def decode_decision(task: Task, body: bytes) -> Reply:
@@ -75,7 +76,8 @@ def decode_decision(task: Task, body: bytes) -> Reply:
     docstring)."""
     doc: Any = load_reply(body, answers="answers")
     if (error := body_error(doc)) is not None:
-        raise Transient(f"an error inside a 200 reply: {error}", 200)
+        usage = Reply((), **_usage(doc)) if isinstance(doc.get("usage"), dict) else None
+        raise ErrorIn200(error, usage)  # billed: the usage it states (runner.sending.cost)
     if not isinstance(doc, dict):
         raise MalformedReply("reply is not a JSON object", body[:2000].decode("utf-8", "replace"))
     usage = _usage(doc)

@@ -676,18 +676,27 @@ async def _stop_if_failed(token: Awaitable[str]) -> str:
         raise ProviderStop(str(exc), KEY) from None
 
 
-def not_counts(block: Any, keys: Iterable[str], where: str) -> list[str]:
+def not_counts(
+    block: Any, keys: Iterable[str], where: str, optional: Iterable[str] = ()
+) -> list[str]:
     """The counts among ``keys`` that the usage block ``block`` (a JSON object; anything else
     states none) states but that are not a count of tokens (not ``as_count``: a string, a fraction,
     a boolean, null, Infinity, a number below 0), each as ``WHERE.KEY VALUE`` (the value as JSON,
     cut at 40 characters): what ``Reply.usage_problem`` names. A count left out is not named (a
-    provider may leave one out: Gemini leaves out a count of 0)."""
+    provider may leave one out: Gemini leaves out a count of 0); nor is a sub-count in ``optional``
+    (cached, cache writes, reasoning or thoughts: a part of a main count) that is ``null``: the
+    providers' SDKs type those as optional and gateways write ``"cached_tokens": null``, which
+    states nothing, as the count left out does (read as 0). A main count (input, output) that is
+    ``null`` is named: without it the reply's cost is unknown."""
     if not isinstance(block, Mapping):
         return []
+    optional = frozenset(optional)
     return [
         f"{where}.{key} {json.dumps(block[key], default=str)[:40]}"
         for key in keys
-        if key in block and as_count(block[key]) is None
+        if key in block
+        and as_count(block[key]) is None
+        and not (block[key] is None and key in optional)
     ]
 
 

@@ -39,19 +39,35 @@ from dxi.evals import Task
 
 from . import llm
 from .base import EFFORTS, Reply, Request
-from .errors import MalformedReply, Transient
+from .errors import ErrorIn200, MalformedReply
 from .http import HTTPAdapter, as_count, load_reply, not_counts
 from .provider_errors import body_error
 from .streaming import LONG_REPLY_TOKENS, ChatAssembler
 
 
 def raise_body_error(doc: Any) -> None:
-    """Raise Transient with the provider's message when a 200 reply carries an error instead of an
+    """Raise ErrorIn200 with the provider's message when a 200 reply carries an error instead of an
     answer (``provider_errors.body_error``: an ``error`` body, a choice with
     ``finish_reason: "error"``): a gateway's failure is retried and sent again by the next run,
-    never stored as an answer."""
+    never stored as an answer; the usage it states goes with it (``stated_usage``: billed)."""
     if (error := body_error(doc)) is not None:
-        raise Transient(f"an error inside a 200 reply: {error}", 200)
+        raise ErrorIn200(error, stated_usage(doc))
+
+
+def stated_usage(doc: dict) -> Reply | None:
+    """The usage a Chat Completions reply states, as a ``Reply`` without answers (None: it has no
+    ``usage`` object): what an error inside a 200 is charged (``ErrorIn200``)."""
+    if not isinstance(doc.get("usage"), dict):
+        return None
+    input_tokens, output_tokens = usage_of(doc)
+    return Reply(
+        (),
+        input_tokens,
+        output_tokens,
+        cached_input_tokens=cached_of(doc),
+        cache_write_tokens=cache_writes_of(doc),
+        usage_problem=usage_problem_of(doc),
+    )
 
 
 def choice_of(doc: Any, body: bytes) -> dict:
@@ -110,6 +126,9 @@ def cache_writes_of(doc: dict, details: str = PROMPT_DETAILS) -> int | None:
     return as_count(_input_details(doc, details).get("cache_write_tokens"))
 
 
+_INPUT_PARTS = ("cached_tokens", "cache_write_tokens")
+
+
 def usage_problem_of(
     doc: dict,
     counts: tuple[str, str] = ("prompt_tokens", "completion_tokens"),
@@ -118,17 +137,18 @@ def usage_problem_of(
     """``Reply.usage_problem`` of a Chat Completions reply (``counts``, ``details``: the Decisions
     format's names, ``input_tokens`` / ``output_tokens`` and ``input_tokens_details``): the counts
     of its ``usage`` that are stated but are not counts of tokens (``adapters.http.not_counts``),
-    joined; None when there are none."""
+    joined; None when there are none. A sub-count that is ``null`` (``cached_tokens``,
+    ``cache_write_tokens``, ``reasoning_tokens``: ``Optional[int]`` in the openai SDK, and LiteLLM
+    writes ``"cached_tokens": null``) states nothing, as one left out."""
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
     found = [
         *not_counts(usage, counts, "usage"),
-        *not_counts(
-            usage.get(details), ("cached_tokens", "cache_write_tokens"), f"usage.{details}"
-        ),
+        *not_counts(usage.get(details), _INPUT_PARTS, f"usage.{details}", _INPUT_PARTS),
         *not_counts(
             usage.get("completion_tokens_details"),
             ("reasoning_tokens",),
             "usage.completion_tokens_details",
+            ("reasoning_tokens",),
         ),
     ]
     return "; ".join(found) or None

@@ -26,12 +26,13 @@ Model strings: ``openai-decisions:gpt-6-luna``, ``openai-decisions:NAME@http://1
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from dxi.evals import CHOICE, Task
 
 from .base import Answer, Reply, Request
 from .decision import choice_answer, yes_no_answer
-from .errors import MalformedReply, Transient
+from .errors import ErrorIn200, MalformedReply
 from .http import HTTPAdapter, as_count, load_reply
 from .openai import cache_writes_of, cached_of, usage_problem_of
 from .provider_errors import body_error
@@ -62,7 +63,7 @@ def decode_decisions(task: Task, body: bytes) -> Reply:
     """Parse a Decisions reply into one validated Answer per question (see the module docstring)."""
     doc = load_reply(body, answers="answers")
     if (error := body_error(doc)) is not None:
-        raise Transient(f"an error inside a 200 reply: {error}", 200)
+        raise ErrorIn200(error, _stated(doc))  # billed: the usage it states (runner.sending.cost)
     if not isinstance(doc, dict) or not isinstance(doc.get("answers"), list):
         raise MalformedReply("reply has no 'answers' list", body[:2000].decode("utf-8", "replace"))
     listed = [a for a in doc["answers"] if isinstance(a, dict)]
@@ -122,13 +123,20 @@ def decode_decisions(task: Task, body: bytes) -> Reply:
             parsed.append(choice_answer(q, table, choice if isinstance(choice, str) else None))
         else:
             parsed.append(yes_no_answer(q, a.get("probability")))
-    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-    served = doc.get("model") if isinstance(doc.get("model"), str) else None
+    return replace(_stated(doc) or Reply(()), answers=tuple(parsed))
+
+
+def _stated(doc: dict) -> Reply | None:
+    """The usage (and served model) a Decisions reply states, as a ``Reply`` without answers (None:
+    it has no ``usage`` object)."""
+    if not isinstance(usage := doc.get("usage"), dict):
+        served = doc.get("model") if isinstance(doc.get("model"), str) else None
+        return Reply((), served_model=served) if served else None
     return Reply(
-        tuple(parsed),
+        (),
         as_count(usage.get("input_tokens")),
         as_count(usage.get("output_tokens")),
-        served,
+        doc.get("model") if isinstance(doc.get("model"), str) else None,
         cached_input_tokens=cached_of(doc, INPUT_DETAILS),
         cache_write_tokens=cache_writes_of(doc, INPUT_DETAILS),
         usage_problem=usage_problem_of(doc, ("input_tokens", "output_tokens"), INPUT_DETAILS),

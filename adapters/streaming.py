@@ -24,10 +24,7 @@ bytes):
   reasoning text (``reasoning_content``, ``reasoning``) are joined per choice, a tool call's pieces
   by its ``index`` (its ``function.arguments`` joined, as the SDK does), the last chunk
   (``choices: []``) carries ``usage``. The result is a ``chat.completion`` object, as the openai
-  SDK's ``ChatCompletionStreamState`` builds it. A stream that states its usage in several chunks is
-  read as cumulative counts (the last kept) while no count falls or goes missing; one that does
-  (100 output tokens, then 0) states no usage that can be believed: the reply keeps none
-  (``usage_conflict``), so its cost is unknown, as a reply without usage.
+  SDK's ``ChatCompletionStreamState`` builds it.
 * ``MessagesAssembler``: Anthropic ``message_start``, ``content_block_start`` / ``_delta``
   (``text_delta``, ``thinking_delta``, ``signature_delta``, ``input_json_delta``) / ``_stop``,
   ``message_delta`` (the stop reason and the cumulative usage, which overwrites the start's),
@@ -35,6 +32,12 @@ bytes):
   and its ``accumulate_event``).
 * ``GenerateAssembler``: Gemini ``GenerateContentResponse`` chunks; consecutive text parts of one
   kind (thought or answer) are joined, the last ``usageMetadata`` and ``finishReason`` kept.
+
+Every assembler reads a usage stated in several events as cumulative counts (the last kept, an
+Anthropic ``message_delta``'s counts over its ``message_start``'s) while no count falls or goes
+missing; a stream whose counts fall (100 output tokens, then 0; Gemini's 500 input tokens, then 1)
+states no usage that can be believed: the reply keeps none (``Assembler._usage``,
+``usage_conflict``), so its cost is unknown, as a reply without usage.
 
 A stream is whole once its stop is given (a ``finish_reason``, ``stop_reason`` or ``finishReason``,
 or a blocked prompt); one that ends before is cut (``complete`` False): a transient failure whose
@@ -128,11 +131,29 @@ class Assembler:
     too (what follows is not read). ``feed`` returns True when the event carried generated output
     (text, thinking, a refusal, tool input): the first such is the time to first token."""
 
+    COUNTS: tuple[str, ...] = ()
+    """The counts of the format's usage block that must not fall from one event to the next
+    (``_usage``)."""
+
     def __init__(self) -> None:
         self.began = False
         self.complete = False
         self.done = False
         self.error: Any = None
+        self.usage_conflict = False
+
+    def _usage(self, before: Any, after: dict) -> dict | None:
+        """The usage to keep once the stream states ``after`` where it stated ``before`` (None:
+        none yet): ``after``, every provider's counts being cumulative (the last whole), unless a
+        count of ``COUNTS`` falls or goes missing (500 input tokens, then 1): then none, for the
+        rest of the stream (``usage_conflict``, the one rule of every assembler: see the module
+        docstring)."""
+        if not self.usage_conflict and isinstance(before, dict):
+            for name in self.COUNTS:
+                was, now = before.get(name), after.get(name)
+                if _number(was) and not (_number(now) and now >= was):
+                    self.usage_conflict = True
+        return None if self.usage_conflict else after
 
     @property
     def ended(self) -> bool:
@@ -164,6 +185,10 @@ class Assembler:
 
     def _doc(self) -> dict:
         raise NotImplementedError
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _join(target: dict, delta: dict, texts: tuple[str, ...]) -> bool:
@@ -200,6 +225,14 @@ def _tool_calls(message: dict, calls: list) -> bool:
             elif value is not None or key not in target:
                 target[key] = value
     return token
+
+
+def _keep(doc: dict, key: str, usage: dict | None) -> None:
+    """``doc[key]`` set to ``usage``, or left out when None (``Assembler._usage``)."""
+    if usage is None:
+        doc.pop(key, None)
+    else:
+        doc[key] = usage
 
 
 class _ListAssembler(Assembler):
@@ -256,30 +289,13 @@ class ChatAssembler(_ListAssembler):
     LIST = "choices"
     COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.usage_conflict = False
-
     def _field(self, key: str, value: Any) -> None:
         if key == "object":
             self.doc[key] = "chat.completion"
         elif key == "usage" and isinstance(value, dict):
-            before = self.doc.get("usage")
-            if self.usage_conflict or (isinstance(before, dict) and self._falls(before, value)):
-                self.usage_conflict = True  # (see the module docstring)
-                self.doc.pop("usage", None)
-            else:
-                self.doc[key] = value
+            _keep(self.doc, key, self._usage(self.doc.get(key), value))
         else:
             super()._field(key, value)
-
-    def _falls(self, before: dict, after: dict) -> bool:
-        """Whether a count of ``before`` (a usage chunk) falls or goes missing in ``after``."""
-        for name in self.COUNTS:
-            was, now = before.get(name), after.get(name)
-            if isinstance(was, int) and not (isinstance(now, int) and now >= was):
-                return True
-        return False
 
     def _item(self, chunk: dict, position: int) -> bool:
         index = chunk.get("index", 0)
@@ -309,6 +325,13 @@ class ChatAssembler(_ListAssembler):
 
 class MessagesAssembler(Assembler):
     """Anthropic Messages events into a ``message`` (see the module docstring)."""
+
+    COUNTS = (
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -361,10 +384,12 @@ class MessagesAssembler(Assembler):
                 if key not in ("stop_reason", "stop_sequence") and value is not None:
                     message[key] = value
             usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
-            total = message["usage"] = dict(message.get("usage") or {})
+            before = message.get("usage")
+            total = dict(before) if isinstance(before, dict) else {}
             for key, value in usage.items():  # cumulative counts: they overwrite the start's
                 if value is not None:
                     total[key] = value
+            _keep(message, "usage", self._usage(before, total))
             self.complete = self.complete or message["stop_reason"] is not None
         elif kind == "message_stop":
             self.complete = True
@@ -379,9 +404,12 @@ class GenerateAssembler(_ListAssembler):
     docstring)."""
 
     LIST = "candidates"
+    COUNTS = ("promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount", "totalTokenCount")
 
     def _field(self, key: str, value: Any) -> None:
-        if value is not None:
+        if key == "usageMetadata" and isinstance(value, dict):
+            _keep(self.doc, key, self._usage(self.doc.get(key), value))
+        elif value is not None:
             self.doc[key] = value
 
     def _fed(self) -> None:

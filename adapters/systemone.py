@@ -38,7 +38,7 @@ from dxi.shown import shown
 from . import http
 from .base import Adapter, Answer, Limits, ModelSpec, Reply, Request
 from .decision import choice_answer, yes_no_answer
-from .errors import SERVED, UNREACHABLE, Fatal, MalformedReply, ProviderStop, Transient
+from .errors import SERVED, UNREACHABLE, ErrorIn200, Fatal, MalformedReply, ProviderStop
 from .http import as_count, not_counts
 from .json_body import duplicates, load_reply
 from .provider_errors import body_error
@@ -111,24 +111,29 @@ def _text(body: bytes) -> str:
 
 def decode_body(task: Task, body: bytes) -> Reply:
     """Parse a System One reply; raises MalformedReply when it is not a JSON object with
-    ``answers``, and Transient when it is an error body. A missing, duplicated or malformed answer
+    ``answers``, and ErrorIn200 when it is an error body. A missing, duplicated or malformed answer
     to one question makes that answer invalid, with the reason (``NaN``/``Infinity`` too:
     ``adapters.decision``)."""
     doc = load_reply(body, answers="answers")
     if (error := body_error(doc)) is not None:
-        raise Transient(f"an error inside a 200 reply: {error}", 200)
+        usage = Reply((), **_stated(doc)) if isinstance(doc.get("usage"), dict) else None
+        raise ErrorIn200(error, usage)  # billed: the usage it states (runner.sending.cost)
     if not isinstance(doc, dict) or not isinstance(doc.get("answers"), dict):
         raise MalformedReply("reply has no 'answers' object", _text(body))
     parsed = decode_answers(task, doc["answers"])
+    return Reply(parsed, **_stated(doc))
+
+
+def _stated(doc: dict) -> dict:
+    """The usage and served model a System One reply states (a count left out: None)."""
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
     counts = ("input_tokens", "output_tokens")
-    served = doc.get("model") if isinstance(doc.get("model"), str) else None
-    return Reply(
-        parsed,
-        *(as_count(usage.get(c)) for c in counts),
-        served,
-        usage_problem="; ".join(not_counts(usage, counts, "usage")) or None,
-    )
+    return {
+        "input_tokens": as_count(usage.get("input_tokens")),
+        "output_tokens": as_count(usage.get("output_tokens")),
+        "served_model": doc.get("model") if isinstance(doc.get("model"), str) else None,
+        "usage_problem": "; ".join(not_counts(usage, counts, "usage")) or None,
+    }
 
 
 def decode_answers(task: Task, answers: dict) -> tuple[Answer, ...]:
@@ -173,6 +178,7 @@ class SystemOne(Adapter):
 
     kind = "systemone"
     own_timeout = True  # the session's read timeout is the attempt timeout
+    OWN_PROMPT = True  # the server's prompt template wraps the questions (Strands Decider's)
 
     def __init__(self, spec: ModelSpec, limits: Limits | None = None):
         super().__init__(spec, limits)

@@ -209,7 +209,7 @@ async def test_an_uncapped_output_count_past_what_any_model_writes_is_not_kept(
     states 10 input and 10**9 output tokens per reply, below 2**63: more than any model writes in
     one reply (``MAX_REPLY_OUTPUT``, 1,048,576). Expected, by hand: the usage is not kept (the old
     code: $60,000.0002 for the two replies, at $30 per million output tokens), the cost is unknown
-    with no upper bound (``cost_usd`` null, ``cost_reason`` for 2 requests), each reply warned of.
+    with no upper bound (``cost_usd`` null, ``cost_reason`` for 2 requests), warned of once.
     The same with 1,048,576 output tokens is believed: $62.91476 for the two."""
     import asyncio
     import logging
@@ -247,8 +247,7 @@ async def test_an_uncapped_output_count_past_what_any_model_writes_is_not_kept(
                     "openai:gpt-fake: a reply's usage is not credible (output_tokens 1000000000 > "
                     "1,048,576, more than any provider's model writes in one reply (nothing caps this "
                     "request's output)): not kept, its cost is unknown"
-                ]
-                * 2
+                ]  # once per model (runner.sending.cost._warn), not once a reply
             )
         else:
             assert (requests["input_tokens"], requests["output_tokens"]) == (20, 2 * 1_048_576)

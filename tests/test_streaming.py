@@ -219,6 +219,52 @@ def streams_with(task):
     return streams
 
 
+def _fed(assembler, events: list[tuple[str, dict]]) -> dict:
+    for event, doc in events:
+        assembler.feed(event, orjson.dumps(doc).decode())
+    return orjson.loads(assembler.body())
+
+
+@pytest.mark.parametrize("falls", [False, True], ids=["growing", "falling"])
+def test_every_assembler_keeps_no_usage_whose_counts_fall(falls: bool):
+    """One rule for every stream that states its usage in several events (``Assembler._usage``):
+    cumulative counts, the last kept, unless a count falls. Gemini: 500 input / 40 output, then
+    500 / 45 (kept) or 1 / 0 (none kept: the old code kept 1 / 0, $0); Anthropic: message_start's
+    500 / 1, message_delta's 45 output, then a message_delta of 0 / 0 (none kept: the old code kept
+    0 / 0); OpenAI: 100 / 50 then 1 / 0 (none, as before)."""
+    text = {"content": {"parts": [{"text": "{}"}], "role": "model"}}
+    first = {"promptTokenCount": 500, "candidatesTokenCount": 40, "totalTokenCount": 540}
+    last = {"promptTokenCount": 1, "candidatesTokenCount": 0, "totalTokenCount": 1}
+    last = last if falls else first | {"candidatesTokenCount": 45, "totalTokenCount": 545}
+    gemini = _fed(
+        GenerateAssembler(),
+        [
+            ("", {"candidates": [text], "usageMetadata": first}),
+            ("", {"candidates": [{"finishReason": "STOP"}], "usageMetadata": last}),
+        ],
+    )
+    assert gemini.get("usageMetadata") == (None if falls else last)
+    start = {"id": "m", "type": "message", "role": "assistant", "content": []}
+    start |= {"model": "claude-fake", "usage": {"input_tokens": 500, "output_tokens": 1}}
+    delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}
+    events = [
+        ("message_start", {"type": "message_start", "message": start}),
+        ("message_delta", delta | {"usage": {"output_tokens": 45}}),
+    ]
+    if falls:
+        events.append(("message_delta", delta | {"usage": {"input_tokens": 0, "output_tokens": 0}}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    anthropic_ = _fed(MessagesAssembler(), events)
+    assert anthropic_.get("usage") == (
+        None if falls else {"input_tokens": 500, "output_tokens": 45}
+    )
+    chunk = {"object": "chat.completion.chunk", "choices": []}
+    usages = [{"prompt_tokens": 100, "completion_tokens": 50}]
+    usages.append({"prompt_tokens": 1, "completion_tokens": 0} if falls else usages[0])
+    chat = _fed(ChatAssembler(), [("", chunk | {"usage": u}) for u in usages])
+    assert chat.get("usage") == (None if falls else usages[0])
+
+
 def test_auto_streams_where_a_reply_can_be_long(data_dir: Path):
     streams = streams_with(tasks(data_dir)[0])
     assert [

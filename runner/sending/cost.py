@@ -16,7 +16,9 @@ ends the reservation is released and its actual cost added to what was spent:
   output has no cap reserves none of its output, so there the reservation is no bound at all and
   the attempt's cost is unknown (``Settled.bounded`` False: no figure says "at most" of it, as
   ``dxi estimate`` gives no "at most" for such a model);
-* an HTTP error status (429, 5xx, 4xx): nothing (providers do not bill an error);
+* an HTTP error status (429, 5xx, 4xx): nothing (providers do not bill an error); an error inside a
+  200 (``adapters.ErrorIn200``) was generated and is billed: the usage it states, as a reply's
+  (the reservation when it states none, or none credible);
 * no connection opened (``adapters.Unreachable``: refused, no route, a name that does not resolve,
   none within the connect timeout): nothing (the request never left).
 
@@ -33,10 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
+from collections import Counter
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from dxi.adapters import Adapter, AdapterError, Reply, Request, Unreachable
+from dxi.adapters import Adapter, AdapterError, ErrorIn200, Reply, Request, Unreachable
 from dxi.evals import Task
 
 from ..outputs import amounts
@@ -138,8 +142,8 @@ def incredible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> 
     """Why ``reply``'s usage cannot be what ``request`` cost, or None when it can: an input count
     (input, cached, cache writes) past ``input_bound`` of the request (its body's bytes plus what
     the provider adds unseen: a token is at least a byte), or output tokens past the request's own
-    cap (``Adapter.output_tokens_bound``, which the provider enforces) or, where nothing caps them,
-    past ``MAX_REPLY_OUTPUT`` (more than any provider's model can write in one reply), or any count
+    past ``MAX_REPLY_OUTPUT`` (more than any provider's model can write in one reply; past the
+    request's own cap but not that is ``over_cap``, believed), or any count
     past a 64-bit integer (the cache's columns), or counts no reply can state
     (``Reply.usage_problem``: a count stated that is not one, a string, null, Infinity;
     ``scoring.cost.inconsistent``: below 0, input without output, more cached input than input)."""
@@ -155,35 +159,81 @@ def incredible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> 
     limit = input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS)
     for name in _INPUTS:
         count = getattr(reply, name)
-        if count is not None and count > limit:
+        if count is not None and adapter.OWN_PROMPT and count > max(limit, MAX_REPLY_OUTPUT):
+            return f"{name} {count} > {MAX_REPLY_OUTPUT:,}, more than any model's context holds"
+        if count is not None and not adapter.OWN_PROMPT and count > limit:
             return (
                 f"{name} {count} > {limit}, the most its {len(request.body)}-byte request can hold"
             )
     out, cap = reply.output_tokens, adapter.output_tokens_bound(task)
-    if out is not None and cap is not None and out > cap:
-        return f"output_tokens {out} > {cap}, the request's own cap"
-    if out is not None and cap is None and out > MAX_REPLY_OUTPUT:
+    if out is not None and out > max(cap or 0, MAX_REPLY_OUTPUT):
+        capped = "nothing caps this request's output" if cap is None else f"its own cap is {cap}"
         return (
             f"output_tokens {out} > {MAX_REPLY_OUTPUT:,}, more than any provider's model writes in "
-            "one reply (nothing caps this request's output)"
+            f"one reply ({capped})"
         )
     if out is not None and out > MAX_COUNT:
         return f"output_tokens {out} > {MAX_COUNT}"
     return None
 
 
+def over_cap(reply: Reply, adapter: Adapter, task: Task) -> str | None:
+    """Why ``reply``'s output tokens pass the request's own cap (``Adapter.output_tokens_bound``),
+    or None: a provider whose cap leaves out its reasoning (DeepSeek's reasoner: ``max_tokens`` caps
+    the final answer, the reasoning billed on top) states more than the cap and is billed it."""
+    out, cap = reply.output_tokens, adapter.output_tokens_bound(task)
+    if out is not None and cap is not None and out > cap:
+        return f"output_tokens {out} > {cap}, the request's own cap"
+    return None
+
+
+def past_body(reply: Reply, adapter: Adapter, request: Request) -> bool:
+    """Whether ``reply``'s input tokens pass its request's body's bytes on a server that adds a
+    prompt of its own (``Adapter.OWN_PROMPT``: a System One server's template), as it may: believed,
+    without a warning, and charged at least the reservation (``Reply.over_cap``)."""
+    limit = input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS)
+    return adapter.OWN_PROMPT and (reply.input_tokens or 0) > limit
+
+
+_WARNED: weakref.WeakKeyDictionary[Adapter, Counter[str]] = weakref.WeakKeyDictionary()
+"""How many replies of each model (its adapter: one a run) ``_warn`` was told of, per kind."""
+
+
+def _warn(adapter: Adapter, kind: str, text: str) -> None:
+    """Warn of a reply's usage (``text``) once per model and ``kind`` in a run, then again at its
+    10th, 100th, 1000th ... such reply with that count: a model whose every reply says so writes a
+    few lines, not one a reply."""
+    seen = _WARNED.setdefault(adapter, Counter())
+    seen[kind] += 1
+    n = seen[kind]
+    if n == 1:
+        log.warning("%s", text)
+    elif n == 10 ** (len(str(n)) - 1):
+        log.warning("%s (the %s such reply of %s)", text, f"{n:,}th", adapter.label)
+
+
 def credible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> Reply:
     """``reply``, without its usage (every count None) when it is not credible (``incredible``:
     a broken or hostile server's usage): its cost is then unknown, charged and recorded as a reply
     without usage is (at most its reservation; ``Charge.settle``), with a warning, never as the
-    absurd figure reported (nor a count the cache cannot hold)."""
+    absurd figure reported (nor a count the cache cannot hold). Output past the request's own cap
+    but plausible (``over_cap``): the usage kept, marked ``over_cap`` (charged the larger of it and
+    the reservation), with a warning."""
     why = incredible(reply, adapter, task, request)
+    if why is None and (past := over_cap(reply, adapter, task)) is not None:
+        _warn(
+            adapter,
+            "over_cap",
+            f"{adapter.label}: a reply's output passes its request's own cap ({past}): its usage is "
+            "kept, and charged at least its reservation",
+        )
+        return replace(reply, over_cap=True)
     if why is None:
-        return reply
-    log.warning(
-        "%s: a reply's usage is not credible (%s): not kept, its cost is unknown",
-        adapter.label,
-        why,
+        return replace(reply, over_cap=True) if past_body(reply, adapter, request) else reply
+    _warn(
+        adapter,
+        "incredible",
+        f"{adapter.label}: a reply's usage is not credible ({why}): not kept, its cost is unknown",
     )
     from dxi.scoring.cost import USAGE_COLUMNS
 
@@ -262,7 +312,11 @@ class Charge:
         (``scoring.cost.known_cost``, the rule the summary and ``dxi view`` price a request by); its
         reservation when it is not (no usage reported, or 0 input tokens at a price: a server that
         counts no tokens, which settled at $0 would let such a priced model spend past the bound);
-        nothing for an HTTP error status nor for an attempt that never connected (``Unreachable``).
+        nothing for an HTTP error status nor for an attempt that never connected (``Unreachable``);
+        a reply whose output passes its cap (``Reply.over_cap``): the larger of its usage's cost
+        and the reservation (the reservation ``at_reservation``).
+        An error inside a 200 (``ErrorIn200``) was generated and is billed: ``reply`` is then the
+        usage it states (credible), else None, and it is charged as a reply is.
         Only the reservation kept is ``at_reservation`` (the records say "at most" of it), and not
         ``bounded`` when ``bounded`` (``is_bound`` of the attempt) is False."""
         known = None
@@ -272,10 +326,13 @@ class Charge:
             known = known_cost({c: getattr(reply, c) for c in USAGE_COLUMNS}, self.price)
         if self.price is None:
             actual = 0.0
-        elif known is not None:
-            actual = known
+        elif known is not None and not (reply is not None and reply.over_cap and known < reserved):
+            actual = known  # past its cap (``over_cap``): the larger of it and the reservation
         elif reply is None and (
-            isinstance(error, Unreachable) or (error is not None and error.status is not None)
+            isinstance(error, Unreachable)
+            or (
+                error is not None and error.status is not None and not isinstance(error, ErrorIn200)
+            )
         ):  # an HTTP error status, or the request never left
             actual = 0.0
         else:

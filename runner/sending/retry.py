@@ -54,6 +54,7 @@ from dxi.adapters import (
     Adapter,
     AdapterError,
     Answer,
+    ErrorIn200,
     Fatal,
     Limits,
     Progress,
@@ -226,7 +227,7 @@ async def _once(
     out.attempts += 1
     out.body = None
     progress = Progress(started)
-    ok, error, reply = False, None, None
+    ok, error, reply, billed = False, None, None, None
     try:
         try:
             if adapter.own_timeout:  # (idle timeout and total bound: adapters.http)
@@ -254,6 +255,8 @@ async def _once(
     except AdapterError as exc:
         if isinstance(exc, RateLimited):
             out.rate_limited += 1
+        if isinstance(exc, ErrorIn200) and exc.usage is not None:  # billed: charged if credible
+            billed = credible(exc.usage, adapter, task, request)
         error = reclassify(
             exc,
             adapter.limits.max_stated_wait_s,
@@ -280,7 +283,9 @@ async def _once(
             probe, True if reached else (False if isinstance(error, Unreachable) else None), error
         )
         if charge is not None:
-            settled = charge.settle(reserved, reply, error, charge.is_bound(adapter, task))
+            settled = charge.settle(
+                reserved, billed if reply is None else reply, error, charge.is_bound(adapter, task)
+            )
             out.cost_usd += settled.usd
             if settled.at_reservation:
                 out.cost_at_reservation_usd += settled.usd

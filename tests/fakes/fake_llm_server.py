@@ -28,6 +28,9 @@ behaviour from ``script`` (then ``default``):
   whose usage block (``usage``, Gemini's ``usageMetadata``) is the JSON object given, as a broken or
   hostile server might state it (``{"prompt_tokens": 10, "completion_tokens": 0,
   "prompt_tokens_details": {"cached_tokens": 900}}``);
+* ``"error200of:JSON"`` (Chat Completions, not streamed): the ok reply with its choice's
+  ``finish_reason`` ``"error"`` and an ``error`` object (OpenRouter's error mid-generation), its
+  ``usage`` the JSON object given (``null``: none);
 * ``"echobig:N"``: 200 (``text/event-stream`` when streamed, else JSON): N bytes of ``x``, the key
   the request carried, then 5 MiB of ``y`` (a reply too large, with the key across where it is cut);
 * ``"bomb:N"``: 200, ``text/event-stream`` in ``Content-Encoding: gzip``, N MiB of blank lines
@@ -188,6 +191,13 @@ class FakeLLM:
                 else sse_streams.gemini_events
             )
             return await self._send(request, events(reply, self.pieces))
+        if kind == "error200of" and fmt == "openai":
+            reply = openai_chat(payload, "ok")
+            reply["choices"][0] |= {"finish_reason": "error", "error": {"message": "upstream died"}}
+            reply["usage"] = orjson.loads(arg)
+            if reply["usage"] is None:
+                del reply["usage"]
+            return web.json_response(reply)
         if kind == "echobig":
             sent = request.headers.get("x-api-key") or request.headers.get("Authorization", "")
             body = b"x" * int(arg) + sent.removeprefix("Bearer ").encode() + b"y" * (5 << 20)
