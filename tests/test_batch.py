@@ -796,3 +796,44 @@ batch_enqueued_tokens = 6000
         )
         >= 2
     )
+
+
+@pytest.mark.process
+def test_an_error_inside_a_200_in_a_batch_is_charged_the_usage_it_states(
+    data_dir: Path, tmp_path: Path
+):
+    """A batch's result line whose chat completion carries a top-level ``error`` beside its answer
+    and usage (a gateway's partial failure) is given back and sent in the next batch, as
+    synchronously; it was generated and is billed, so it is charged the usage it states, as the
+    synchronous path charges it (``runner.sending.retry``). Before, it was charged its whole
+    reservation (``cost_at_reservation_usd`` above 0, "at most" figures) though its usage was
+    stated."""
+    run_file = tmp_path / "run.toml"
+    faults = {"error200": 0.5}
+    with serve(model=None, record=False, batch={"line_faults": faults}) as server:
+        run_file.write_text(f"""
+data_dir = "{data_dir}"
+[[models]]
+provider = "openai"
+model = "m"
+params = {{max_completion_tokens = 100}}
+price = {{input = 100.0, output = 200.0}}
+[providers.openai]
+kind = "openai"
+base_url = "{server.url}/v1"
+batch = true
+""")
+        out = tmp_path / "out"
+        built = plan.build(run_file=run_file, cache_dir=tmp_path / "cache", out=out, max_cost=50.0)
+        run_plan(built)
+        stats = server.stats()
+    requests = summary(out)["models"][0]["requests"]
+    # every error inside a 200 was given back and sent again (but a request's last, stored failed);
+    # how many there are depends on the keys, which name the server's port
+    errors = stats["batch_line_error200"]
+    assert errors > 0 and stats["batch_lines"] == 12 + errors - requests["failed"]
+    assert requests.get("cost_at_reservation_usd", 0) == 0  # no reservation kept: usage stated
+    # the 12 answers stored, at the batch price (half of 100/200 USD per million tokens) ...
+    stored = (requests["input_tokens"] * 50.0 + requests["output_tokens"] * 100.0) / 1e6
+    # ... and the errors' stated usage beside them (a request's own usage, as its answer states it)
+    assert 0 < requests["cost_usd"] - stored < errors * max(0.01, stored / 12 * 2)

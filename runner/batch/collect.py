@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from dxi.adapters import (
     AdapterError,
     Answer,
+    ErrorIn200,
     Fatal,
     ProviderStop,
     RateLimited,
@@ -345,9 +346,14 @@ class Collecting:
             cost = Settled(0.0)
             if reserved is not None and body is not None:
                 # a reply that is not the wire format: billed, charged as a synchronous one is
-                # (its reservation: ``Charge.settle``)
+                # (its reservation: ``Charge.settle``); an error inside a 200, the usage it states
+                # when credible, as ``runner.sending.retry`` charges it
+                billed = None
+                if isinstance(error, ErrorIn200) and error.usage is not None:
+                    request = self._request(key, task, sample, sent)
+                    billed = credible(error.usage, self.adapter, task, request)
                 cost = self.charge.settle(
-                    reserved, None, error, self.charge.is_bound(self.adapter, task)
+                    reserved, billed, error, self.charge.is_bound(self.adapter, task)
                 )
             elif reserved is not None:  # an error status, or not run: nothing billed
                 self.budget.settle(reserved, 0.0)

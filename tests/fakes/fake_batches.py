@@ -16,9 +16,10 @@ Behaviour (``FakeProvider(batch={...})``, JSON-able):
   (the input refused whole); ``lost`` (404 for it from the first status read on); a cancel makes it
   end ``cancelled`` at the next read, the first half answered;
 * ``line_faults``: probabilities per request line of ``transient`` (a 500 inside the results),
-  ``rate_limited`` (a 429), ``fatal`` (a 400) and ``malformed`` (a 200 whose body is not the wire
-  format), drawn from the request's key and how many times it was submitted (a rerun draws the
-  same);
+  ``rate_limited`` (a 429), ``fatal`` (a 400), ``malformed`` (a 200 whose body is not the wire
+  format) and ``error200`` (OpenAI: a 200 whose chat completion carries a top-level ``error`` beside
+  its answer and usage, as a gateway's partial failure), drawn from the request's key and how many
+  times it was submitted (a rerun draws the same);
 * ``shuffle`` (default True): results in an order of their own (matching by position would fail);
 * ``hold``: seconds to stall the first arrival at ``upload``, ``create``, ``poll``, ``list`` or
   ``download`` (``download``: after half the lines), for kills at a given step; ``arrived_<step>``
@@ -267,7 +268,7 @@ class BatchServer:
     def _fault(self, key: str) -> str:
         rng = random.Random(f"{self.seed}:{key}:{self.submissions[key]}")
         u = rng.random()
-        for kind in ("transient", "rate_limited", "fatal", "malformed"):
+        for kind in ("transient", "rate_limited", "fatal", "malformed", "error200"):
             p = float(self.line_faults.get(kind, 0))
             if u < p:
                 return kind
@@ -305,7 +306,7 @@ class BatchServer:
             if fault == "malformed":
                 batch.malformed.add(key)
             line = self._line(batch, key, body, fault)
-            if self.validate and batch.fmt == OPENAI and fault != "malformed":
+            if self.validate and batch.fmt == OPENAI and fault not in ("malformed", "error200"):
                 self._validate_openai_line(line)
             if i < self.extra_results.get("garbled", 0) and self.submissions[key] == 1:
                 self.counts["batch_line_garbled"] += 1
@@ -314,7 +315,7 @@ class BatchServer:
             if i >= len(batch.lines) - omitted and self.submissions[key] == 1:
                 self.counts["batch_line_omitted"] += 1
                 continue  # answered (and billed), but no line for it in either file
-            if fault == "ok" or fault == "malformed":
+            if fault in ("ok", "malformed", "error200"):
                 ok += 1
                 output.append(line)
             else:
@@ -406,6 +407,11 @@ class BatchServer:
                 if status is None
                 else wire_formats.error_body("openai", status)
             )
+            if fault == "error200":  # billed: its usage stated beside the error
+                reply = {
+                    **reply,
+                    "error": {"message": "upstream failed mid-generation", "code": 502},
+                }
             return orjson.dumps(
                 {
                     "id": f"batch_req_{uuid.uuid4().hex[:16]}",
