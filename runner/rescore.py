@@ -247,7 +247,7 @@ def recorded_prices(to_score: ToScore, given: set[str], out: Path, cache_dir: Pa
         to_score.recorded[label] = {"price": list(price), "run_started": started, "from": where}
         to_score.notes.append(
             f"{label}: priced at {amounts.price(price)}, as "
-            f"its dxi run of {started} recorded it in {where} (--price {label}=IN/OUT to price it "
+            f"its dxi run of {started} recorded it in {where} (--price {label}=IN/OUT[/CACHED] to price it "
             "otherwise)"
         )
     return to_score

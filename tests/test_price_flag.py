@@ -38,6 +38,8 @@ def test_price_items_parse_as_usd_per_million_tokens():
         ("=1/2", "expected MODEL=IN/OUT"),
         ("m=1/2/3/4", "expected"),
         ("m=1/x", "'1/x' holds something that is not a number"),
+        # Python's float reads "1_0" as 10 (trial 10: priced at $10)
+        ("m=1_0/1", "'1_0/1' holds something that is not a number"),
     ):
         with pytest.raises(UsageError, match=says):
             price_flags([item])
@@ -51,6 +53,9 @@ def test_price_items_parse_as_usd_per_million_tokens():
             "tokens)"
         )
     assert price_flags(["m=1000000/0"]) == {"m": Price(1e6, 0.0)}
+    from dxi.runner.planning import numbers
+
+    assert not numbers.MAX_COST.accepts("1_0") and numbers.MAX_COST.accepts("10")
     with pytest.raises(UsageError, match="--price m: given twice"):
         price_flags(["m=1/2", "m=3/4"])
 

@@ -174,6 +174,6 @@ def test_a_recorded_price_is_noted_with_its_cached_input_price(tmp_path: Path):
     assert done.prices == {"m": (100, 0, 10)}
     assert done.notes == [
         "m: priced at 100/0/10 USD per million input/output/cached input tokens, as its dxi run of "
-        f"2026-12-05T00:00:00Z recorded it in {tmp_path / 'run-history.jsonl'} (--price m=IN/OUT "
+        f"2026-12-05T00:00:00Z recorded it in {tmp_path / 'run-history.jsonl'} (--price m=IN/OUT[/CACHED] "
         "to price it otherwise)"
     ]

@@ -35,7 +35,8 @@ class Number:
         """``value`` (a string as typed, or a run file's number) as ``kind``; ValueError saying what
         is expected when it is not a number, not finite, or out of range."""
         expected = self.expected()
-        if isinstance(value, bool):
+        if isinstance(value, bool) or (isinstance(value, str) and "_" in value):
+            # (Python reads "1_0" as 10: a digit grouping no user means in a bound or a price)
             raise ValueError(f"expected {expected}, got {value!r}")
         try:
             number = self.kind(value.strip() if isinstance(value, str) else value)

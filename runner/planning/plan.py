@@ -441,6 +441,8 @@ def price_flags(items: list[str]) -> dict[str, config.Price]:
                 f"output and cached input tokens ({example})"
             )
         try:
+            if "_" in text:  # Python's float reads "1_0" as 10
+                raise ValueError(text)
             values = [float(part) for part in parts]
         except ValueError:
             raise UsageError(
