@@ -931,6 +931,34 @@ def test_a_refused_export_leaves_no_folder_behind(data_dir: Path, tmp_path: Path
     assert [p.suffix for p in written] == [".csv", ".json", ".jsonl"]
 
 
+@pytest.mark.parametrize("command", ["score", "report"])
+def test_a_refused_rescoring_leaves_no_out_folder_behind(
+    command: str, data_dir: Path, tmp_path: Path, capsys
+):
+    """`dxi score` and `dxi report` check before scoring that --out can be written but make it only
+    as they write: one refused (a model the cache does not hold; an evaluation selected without its
+    data) leaves nothing behind (the first left the empty folders a/b); one that writes makes
+    them."""
+    cache, out = tmp_path / "cache", tmp_path / "a" / "b"
+    folders = ["--data-dir", str(data_dir), "--cache-dir", str(cache)]
+    run = ["run", "--model", "embedded", "--evals", "when2call", *folders, "-q"]
+    assert main([*run, "--out", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    nosuch = ["--model", "embedded:nosuch", "--evals", "when2call"]
+    assert main([command, *folders, *nosuch, "--out", str(out), "-q"]) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith(
+        f"dxi {command}: error: embedded:nosuch: no such model"
+    )
+    shutil.rmtree(data_dir / "hle")
+    assert main([command, *folders, "--out", str(out), "-q"]) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith(
+        f"dxi {command}: error: no data for hle_multichoice, which the scoring selects"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "data", "run"]
+    assert main([command, *folders, "--out", str(out), "--evals", "when2call", "-q"]) == 0
+    assert {"answers.parquet", "summary.json"} <= {p.name for p in out.iterdir()}
+
+
 @pytest.mark.parametrize("command", ["run", "estimate"])
 def test_a_selected_evaluation_without_data_is_refused_before_anything_is_sent(
     command: str, data_dir: Path, tmp_path: Path, capsys

@@ -26,7 +26,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     selection = select(args)
     paths.outside_cache(selection.out, selection.cache_dir, options.named(args, "out", "--out"))
-    paths.output_folder(selection.out, options.named(args, "out", "--out"))  # before scoring
+    # before scoring; made only as the outputs are written (a refusal leaves none behind)
+    paths.output_folder(selection.out, options.named(args, "out", "--out"), create=False)
     options.repair(selection.out)  # a commit a kill cut short: settled before it is read
     done = rescore(selection, html=True)
     print_summary(done.summary, console, done.out, done.ranked)
