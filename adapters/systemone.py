@@ -128,11 +128,21 @@ def _stated(doc: dict) -> dict:
     """The usage and served model a System One reply states (a count left out: None)."""
     usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
     counts = ("input_tokens", "output_tokens")
+    stated_in, stated_out = (
+        as_count(usage.get("input_tokens")),
+        as_count(usage.get("output_tokens")),
+    )
+    # both counts read: nothing for not_counts to name (looked for only when one is not)
+    problem = (
+        None
+        if stated_in is not None and stated_out is not None
+        else not_counts(usage, counts, "usage")
+    )
     return {
-        "input_tokens": as_count(usage.get("input_tokens")),
-        "output_tokens": as_count(usage.get("output_tokens")),
+        "input_tokens": stated_in,
+        "output_tokens": stated_out,
         "served_model": doc.get("model") if isinstance(doc.get("model"), str) else None,
-        "usage_problem": "; ".join(not_counts(usage, counts, "usage")) or None,
+        "usage_problem": "; ".join(problem) if problem else None,
     }
 
 

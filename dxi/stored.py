@@ -52,6 +52,8 @@ def as_count(value: Any) -> int | None:
     """A token count from a usage block: a non-negative integer, also written as an integral float
     (``100.0``: JSON has one number type, and a gateway may write it so), else None (a fraction, a
     string, a boolean, null, Infinity, NaN, a number below 0)."""
+    if type(value) is int:  # the common case first (a bool is an int's subclass, not an int)
+        return value if value >= 0 else None
     if isinstance(value, float) and value.is_integer() and value >= 0:
         return int(value)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

@@ -127,20 +127,28 @@ def inconsistent(usage: Mapping) -> str | None:
     tokens of which 900 cached, at a cached price below the input price) or price unknown output
     at $0. A reply's usage that is inconsistent is not kept (``runner.sending.cost.credible``), and
     a cache row's (an earlier version's) is counted as no usage (``CONSISTENT``)."""
+    # (on every reply: one pass over the counts for a usage that holds, the messages built only
+    # for one that does not)
+    cached = 0
     for name in USAGE_COLUMNS:
-        if (usage.get(name) or 0) < 0:
-            return f"{name} {usage[name]} < 0"
-    stated = [n for n in USAGE_COLUMNS if usage.get(n) is not None]
-    if stated and usage.get("input_tokens") is None:
-        return f"{', '.join(f'{n} {usage[n]}' for n in stated)} without input_tokens"
-    if stated and usage.get("output_tokens") is None:
-        return f"input_tokens {usage['input_tokens']} without output_tokens"
-    parts = {n: usage[n] for n in INPUT_PARTS if usage.get(n)}
-    if parts and sum(parts.values()) > (usage.get("input_tokens") or 0):
-        return (
-            f"{' + '.join(parts)} {sum(parts.values())} > input_tokens "
-            f"{usage.get('input_tokens')}, which include them"
-        )
+        count = usage.get(name)
+        if count is None:
+            continue
+        if count < 0:
+            return f"{name} {count} < 0"
+        if name in INPUT_PARTS:
+            cached += count
+    inputs, outputs = usage.get("input_tokens"), usage.get("output_tokens")
+    if inputs is None or outputs is None:
+        stated = [n for n in USAGE_COLUMNS if usage.get(n) is not None]
+        if stated and inputs is None:
+            return f"{', '.join(f'{n} {usage[n]}' for n in stated)} without input_tokens"
+        if stated:
+            return f"input_tokens {inputs} without output_tokens"
+        return None
+    if cached > inputs:
+        parts = [n for n in INPUT_PARTS if usage.get(n)]
+        return f"{' + '.join(parts)} {cached} > input_tokens {inputs}, which include them"
     return None
 
 

@@ -147,25 +147,51 @@ def incredible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> 
     past a 64-bit integer (the cache's columns), or counts no reply can state
     (``Reply.usage_problem``: a count stated that is not one, a string, null, Infinity;
     ``scoring.cost.inconsistent``: below 0, input without output, more cached input than input)."""
+    return _incredible(reply, adapter, _Bounds.of(adapter, task, request))
+
+
+class _Bounds(NamedTuple):
+    """What one request's usage is held to: ``body`` its body's bytes, ``limit`` its input tokens'
+    ``input_bound``, ``cap`` its own output cap (``Adapter.output_tokens_bound``; None: none)."""
+
+    body: int
+    limit: int
+    cap: int | None
+
+    @classmethod
+    def of(cls, adapter: Adapter, task: Task, request: Request) -> _Bounds:
+        body = len(request.body)
+        return cls(
+            body, input_bound(body, adapter.HIDDEN_INPUT_TOKENS), adapter.output_tokens_bound(task)
+        )
+
+
+_scoring_cost = None  # dxi.scoring.cost once imported: not at start-up (it brings Polars)
+
+
+def _incredible(reply: Reply, adapter: Adapter, bounds: _Bounds) -> str | None:
+    """``incredible`` with the request's ``bounds`` computed once (``credible`` needs them
+    again)."""
+    global _scoring_cost
+    if _scoring_cost is None:
+        # the package first, then its module (``from dxi.scoring.cost import`` locks them the other
+        # way round, a deadlock with a thread importing the package meanwhile: ``prepare_scoring``)
+        from dxi.scoring import cost as scoring_cost
+
+        _scoring_cost = scoring_cost
     if reply.usage_problem is not None:
         return f"not a count of tokens: {reply.usage_problem}"
-    # the package first, then its module (``from dxi.scoring.cost import`` locks them the other
-    # way round, a deadlock with a thread importing the package meanwhile: ``prepare_scoring``)
-    from dxi.scoring import cost as scoring_cost
-
-    usage = {c: getattr(reply, c) for c in scoring_cost.USAGE_COLUMNS}
-    if (why := scoring_cost.inconsistent(usage)) is not None:
+    usage = {c: getattr(reply, c) for c in _scoring_cost.USAGE_COLUMNS}
+    if (why := _scoring_cost.inconsistent(usage)) is not None:
         return why
-    limit = input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS)
+    limit = bounds.limit
     for name in _INPUTS:
-        count = getattr(reply, name)
+        count = usage[name]
         if count is not None and adapter.OWN_PROMPT and count > max(limit, MAX_REPLY_OUTPUT):
             return f"{name} {count} > {MAX_REPLY_OUTPUT:,}, more than any model's context holds"
         if count is not None and not adapter.OWN_PROMPT and count > limit:
-            return (
-                f"{name} {count} > {limit}, the most its {len(request.body)}-byte request can hold"
-            )
-    out, cap = reply.output_tokens, adapter.output_tokens_bound(task)
+            return f"{name} {count} > {limit}, the most its {bounds.body}-byte request can hold"
+    out, cap = reply.output_tokens, bounds.cap
     if out is not None and out > max(cap or 0, MAX_REPLY_OUTPUT):
         capped = "nothing caps this request's output" if cap is None else f"its own cap is {cap}"
         return (
@@ -177,21 +203,21 @@ def incredible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> 
     return None
 
 
-def over_cap(reply: Reply, adapter: Adapter, task: Task) -> str | None:
-    """Why ``reply``'s output tokens pass the request's own cap (``Adapter.output_tokens_bound``),
-    or None: a provider whose cap leaves out its reasoning (DeepSeek's reasoner: ``max_tokens`` caps
-    the final answer, the reasoning billed on top) states more than the cap and is billed it."""
-    out, cap = reply.output_tokens, adapter.output_tokens_bound(task)
+def over_cap(reply: Reply, cap: int | None) -> str | None:
+    """Why ``reply``'s output tokens pass the request's own cap ``cap``
+    (``Adapter.output_tokens_bound``; None: none), or None: a provider whose cap leaves out its
+    reasoning (DeepSeek's reasoner: ``max_tokens`` caps the final answer, the reasoning billed on
+    top) states more than the cap and is billed it."""
+    out = reply.output_tokens
     if out is not None and cap is not None and out > cap:
         return f"output_tokens {out} > {cap}, the request's own cap"
     return None
 
 
-def past_body(reply: Reply, adapter: Adapter, request: Request) -> bool:
-    """Whether ``reply``'s input tokens pass its request's body's bytes on a server that adds a
-    prompt of its own (``Adapter.OWN_PROMPT``: a System One server's template), as it may: believed,
-    without a warning, and charged at least the reservation (``Reply.over_cap``)."""
-    limit = input_bound(len(request.body), adapter.HIDDEN_INPUT_TOKENS)
+def past_body(reply: Reply, adapter: Adapter, limit: int) -> bool:
+    """Whether ``reply``'s input tokens pass ``limit``, its request's ``input_bound``, on a server
+    that adds a prompt of its own (``Adapter.OWN_PROMPT``: a System One server's template), as it
+    may: believed, without a warning, and charged at least the reservation (``Reply.over_cap``)."""
     return adapter.OWN_PROMPT and (reply.input_tokens or 0) > limit
 
 
@@ -219,8 +245,9 @@ def credible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> Re
     absurd figure reported (nor a count the cache cannot hold). Output past the request's own cap
     but plausible (``over_cap``): the usage kept, marked ``over_cap`` (charged the larger of it and
     the reservation), with a warning."""
-    why = incredible(reply, adapter, task, request)
-    if why is None and (past := over_cap(reply, adapter, task)) is not None:
+    bounds = _Bounds.of(adapter, task, request)
+    why = _incredible(reply, adapter, bounds)
+    if why is None and (past := over_cap(reply, bounds.cap)) is not None:
         _warn(
             adapter,
             "over_cap",
@@ -229,15 +256,13 @@ def credible(reply: Reply, adapter: Adapter, task: Task, request: Request) -> Re
         )
         return replace(reply, over_cap=True)
     if why is None:
-        return replace(reply, over_cap=True) if past_body(reply, adapter, request) else reply
+        return replace(reply, over_cap=True) if past_body(reply, adapter, bounds.limit) else reply
     _warn(
         adapter,
         "incredible",
         f"{adapter.label}: a reply's usage is not credible ({why}): not kept, its cost is unknown",
     )
-    from dxi.scoring.cost import USAGE_COLUMNS
-
-    return replace(reply, **dict.fromkeys(USAGE_COLUMNS))
+    return replace(reply, **dict.fromkeys(_scoring_cost.USAGE_COLUMNS))
 
 
 class Settled(NamedTuple):
