@@ -246,13 +246,10 @@ def test_per_line_errors_are_classified_as_synchronous_replies_are(kind: str, tm
     assert stats["batch_creates"] >= 3 and stats["sdk_problems"] == 0
 
 
-@pytest.mark.process
-def test_the_cost_bound_reserves_each_batch_worst_case_before_submitting_it(
-    data_dir: Path, tmp_path: Path
-):
-    run_file = tmp_path / "run.toml"
-    with serve(model=None, record=False) as server:
-        run_file.write_text(f"""
+def priced_run_file(path: Path, data_dir: Path, url: str) -> None:
+    """A run file at ``path``: OpenAI model ``m`` at ``url`` in batch mode, its output capped at 100
+    tokens, priced 100/200 USD per million input/output tokens (50/100 at the batch price)."""
+    path.write_text(f"""
 data_dir = "{data_dir}"
 [[models]]
 provider = "openai"
@@ -261,9 +258,18 @@ params = {{max_completion_tokens = 100}}
 price = {{input = 100.0, output = 200.0}}
 [providers.openai]
 kind = "openai"
-base_url = "{server.url}/v1"
+base_url = "{url}/v1"
 batch = true
 """)
+
+
+@pytest.mark.process
+def test_the_cost_bound_reserves_each_batch_worst_case_before_submitting_it(
+    data_dir: Path, tmp_path: Path
+):
+    run_file = tmp_path / "run.toml"
+    with serve(model=None, record=False) as server:
+        priced_run_file(run_file, data_dir, server.url)
         # at the batch price (half), one request's worst case is (its body's bytes x $50 + 100 x
         # $100) / 1e6, $0.04 to $0.09: a few fit under $0.3 at once; each batch's results settle far
         # below (their usage), making room
@@ -811,18 +817,7 @@ def test_an_error_inside_a_200_in_a_batch_is_charged_the_usage_it_states(
     run_file = tmp_path / "run.toml"
     faults = {"error200": 0.5}
     with serve(model=None, record=False, batch={"line_faults": faults}) as server:
-        run_file.write_text(f"""
-data_dir = "{data_dir}"
-[[models]]
-provider = "openai"
-model = "m"
-params = {{max_completion_tokens = 100}}
-price = {{input = 100.0, output = 200.0}}
-[providers.openai]
-kind = "openai"
-base_url = "{server.url}/v1"
-batch = true
-""")
+        priced_run_file(run_file, data_dir, server.url)
         out = tmp_path / "out"
         built = plan.build(run_file=run_file, cache_dir=tmp_path / "cache", out=out, max_cost=50.0)
         run_plan(built)
