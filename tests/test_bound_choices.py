@@ -12,17 +12,9 @@ import orjson
 import pytest
 
 from dxi import adapters
-from dxi.evals import CHOICE, YES_NO, Question, Task
 
 from .fakes.fake_llm_server import FakeLLM
-
-TASK = Task(
-    "when2call/x",
-    "when2call",
-    "state",
-    (Question("q", CHOICE, "Which?", ()), Question("r", YES_NO, "Yes?")),
-    {"q": "A", "r": "yes"},
-)
+from .helpers.tasks import TASK
 
 
 def test_the_output_bound_is_the_cap_once_per_choice_the_request_asks_for():

@@ -15,7 +15,6 @@ from rich.console import Console
 from dxi import adapters
 from dxi.adapters import Fatal, RateLimited, Reply, Transient, Unreachable
 from dxi.adapters.http import post
-from dxi.evals import CHOICE, YES_NO, Question, Task
 from dxi.runner import session
 from dxi.runner.cli import main
 from dxi.runner.planning import plan
@@ -27,14 +26,7 @@ from dxi.scoring import cost_usd
 
 from .fakes.fake_provider import FakeProvider
 from .helpers.servers import free_port
-
-TASK = Task(
-    "when2call/x",
-    "when2call",
-    "state",
-    (Question("q", CHOICE, "Which?", ()), Question("r", YES_NO, "Yes?")),
-    {"q": "A", "r": "yes"},
-)
+from .helpers.tasks import TASK
 
 
 def test_prices_are_usd_per_million_tokens():
